@@ -1,0 +1,108 @@
+"""The per-node agent: backends, the sampling loop and the HTTP server, wired together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+
+from aiohttp import web
+
+from .backends import Backend, load_backends
+from .sampler import Sampler
+from .server import AgentHttp
+from .store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9478
+DEFAULT_INTERVAL_S = 1.0
+
+
+def agent_version() -> str:
+    try:
+        return version("ray-accel")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass
+class AgentConfig:
+    """Everything the agent is started with."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    interval_s: float = DEFAULT_INTERVAL_S
+    backends: Sequence[str] | None = None
+    simulate: str | None = None
+    node_labels: dict[str, str] = field(default_factory=dict)
+    retry_s: float = 30.0
+
+
+class Agent:
+    """Runs sampling in the background and serves its snapshots over HTTP."""
+
+    def __init__(self, config: AgentConfig, backends: Sequence[Backend] | None = None) -> None:
+        self.config = config
+        self.simulation = None
+        node_labels = dict(config.node_labels)
+        facts = {"version": agent_version(), "interval_seconds": f"{config.interval_s:g}",
+                 "scenario": ""}
+        if config.simulate:
+            from .simulate import SimulatedHardware
+
+            self.simulation = SimulatedHardware.start(config.simulate)
+            self.simulation.activate()
+            node_labels["simulated"] = "true"
+            facts["scenario"] = self.simulation.scenario_name
+        self.store = SnapshotStore()
+        self.sampler = Sampler(
+            backends if backends is not None else load_backends(config.backends),
+            self.store, interval_s=config.interval_s, node_labels=node_labels,
+            agent_facts=facts, retry_s=config.retry_s,
+        )
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.config.host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}"
+
+    async def start(self) -> None:
+        """Start sampling and listening; returns once the server accepts connections."""
+        self.sampler.start()
+        http = AgentHttp(self.store, lambda: self.sampler.alive)
+        self._runner = web.AppRunner(http.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        """Stop serving and sampling."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await asyncio.to_thread(self.sampler.stop)
+
+
+async def serve_forever(agent: Agent) -> None:
+    """Run the agent until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await agent.start()
+    log.info("ray-accel agent on %s (host %s)", agent.url, socket.gethostname())
+    print(f"ray-accel agent serving {agent.url}/metrics", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await agent.stop()

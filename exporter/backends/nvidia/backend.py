@@ -1,0 +1,209 @@
+"""The NVIDIA backend: NVML through the `nvidia-ml-py` binding.
+
+NVML is initialised once and device handles are kept for the backend's life,
+unlike Ray's reporter, which initialises and shuts NVML down on every poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from ... import catalog as m
+from ...model import Device, DeviceSample, Reading, labels_of
+from ..base import Backend, BackendUnavailable
+from .calls import BACKEND_NAME, DeviceCalls, DeviceDown
+from .probes import DEVICE_PROBES, DeviceState, processes
+from .xid import XidWatcher
+
+_ARCHITECTURES = {
+    getattr(pynvml, name): name.removeprefix("NVML_DEVICE_ARCH_").lower()
+    for name in dir(pynvml)
+    if name.startswith("NVML_DEVICE_ARCH_") and name != "NVML_DEVICE_ARCH_UNKNOWN"
+}
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class _Tracked:
+    """A discovered device with its handle and per-device call state."""
+
+    device: Device
+    handle: Any
+    calls: DeviceCalls
+    state: DeviceState = field(default_factory=DeviceState)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class NvidiaBackend(Backend):
+    """Reads NVIDIA GPUs and MIG instances through NVML."""
+
+    name = BACKEND_NAME
+    vendor = "nvidia"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tracked: dict[str, _Tracked] = {}
+        self._facts: dict[str, str] = {}
+        self._xid: XidWatcher | None = None
+        self._initialised = False
+
+    def open(self) -> Sequence[Device]:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as error:
+            raise BackendUnavailable(f"NVML could not be initialised: {error}") from None
+        self._initialised = True
+        self._facts = self._read_facts()
+        self._tracked = {}
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            self._discover(index)
+        physical = {
+            uuid: t.handle for uuid, t in self._tracked.items() if not t.device.parent_uuid
+        }
+        self._xid = XidWatcher(physical)
+        self._xid.start()
+        return [t.device for t in self._tracked.values()]
+
+    def facts(self) -> Mapping[str, str]:
+        return dict(self._facts)
+
+    def sample(self, device: Device) -> DeviceSample:
+        tracked = self._tracked[device.uuid]
+        with tracked.lock:
+            return self._sample(tracked)
+
+    def close(self) -> None:
+        if self._xid is not None:
+            self._xid.stop()
+            self._xid = None
+        if self._initialised:
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
+            self._initialised = False
+
+    def _sample(self, tracked: _Tracked) -> DeviceSample:
+        started = time.monotonic()
+        taken_at = time.time()
+        calls, handle, state = tracked.calls, tracked.handle, tracked.state
+        if handle is None:
+            return DeviceSample(device=tracked.device, up=False, taken_at=taken_at,
+                                errors=dict(calls.cycle_errors))
+        calls.begin_cycle()
+        readings: list[Reading] = []
+        try:
+            for probe in DEVICE_PROBES:
+                readings.extend(probe(calls, handle, state))
+            procs = processes(calls, handle, state)
+        except DeviceDown as down:
+            return DeviceSample(
+                device=tracked.device, up=False, taken_at=taken_at,
+                duration_s=time.monotonic() - started, errors={down.function: down.kind},
+            )
+        readings.extend(self._xid_readings(tracked.device.uuid))
+        return DeviceSample(
+            device=tracked.device,
+            up=True,
+            taken_at=taken_at,
+            duration_s=time.monotonic() - started,
+            readings=tuple(readings),
+            processes=procs,
+            errors={**calls.unsupported, **calls.cycle_errors},
+        )
+
+    def _xid_readings(self, uuid: str) -> list[Reading]:
+        if self._xid is None or uuid not in self._xid.watched:
+            return []
+        return [
+            Reading(m.XID_ERRORS, float(count), labels_of({"xid": str(code)}))
+            for code, count in sorted(self._xid.counts(uuid).items())
+        ]
+
+    def _read_facts(self) -> dict[str, str]:
+        facts: dict[str, str] = {}
+        for key, fn in (("driver_version", pynvml.nvmlSystemGetDriverVersion),
+                        ("nvml_version", pynvml.nvmlSystemGetNVMLVersion),
+                        ("cuda_driver_version", pynvml.nvmlSystemGetCudaDriverVersion)):
+            try:
+                facts[key] = _text(fn())
+            except pynvml.NVMLError:
+                continue
+        return facts
+
+    def _discover(self, index: int) -> None:
+        calls = DeviceCalls(self.errors)
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            device = self._identify(calls, handle, str(index))
+            mig_handles = self._mig_handles(calls, handle)
+        except (pynvml.NVMLError, DeviceDown) as error:
+            # A device that cannot even be identified is still listed, as down.
+            uuid = f"nvidia-index-{index}"
+            self._tracked[uuid] = _Tracked(
+                Device(self.vendor, str(index), uuid, "unknown"), None, calls
+            )
+            calls.cycle_errors["discovery"] = str(error)
+            return
+        self._tracked[device.uuid] = _Tracked(device, handle, calls)
+        for mig_handle in mig_handles:
+            mig_calls = DeviceCalls(self.errors)
+            try:
+                mig = self._identify(mig_calls, mig_handle, str(index), parent=device)
+            except DeviceDown:
+                continue
+            self._tracked[mig.uuid] = _Tracked(mig, mig_handle, mig_calls)
+
+    def _identify(
+        self, calls: DeviceCalls, handle: Any, index: str, parent: Device | None = None
+    ) -> Device:
+        """Read a device's identity; a MIG instance inherits its parent's PCI and architecture."""
+        name = calls.call(pynvml.nvmlDeviceGetName, handle)
+        uuid = calls.call(pynvml.nvmlDeviceGetUUID, handle)
+        facts = {"driver_version": self._facts.get("driver_version", "")}
+        serial = calls.call(pynvml.nvmlDeviceGetSerial, handle)
+        if serial is not None:
+            facts["serial"] = _text(serial)
+        if parent is not None:
+            gpu_instance = calls.call(pynvml.nvmlDeviceGetGpuInstanceId, handle)
+            compute_instance = calls.call(pynvml.nvmlDeviceGetComputeInstanceId, handle)
+            index = f"{index}/{gpu_instance}/{compute_instance}"
+            facts["architecture"] = parent.facts.get("architecture", "")
+            pci_bus_id = parent.pci_bus_id
+        else:
+            architecture = calls.call(pynvml.nvmlDeviceGetArchitecture, handle)
+            if architecture is not None:
+                facts["architecture"] = _ARCHITECTURES.get(architecture, str(architecture))
+            pci = calls.call(pynvml.nvmlDeviceGetPciInfo, handle)
+            pci_bus_id = _text(pci.busId) if pci is not None else ""
+        return Device(
+            vendor=self.vendor,
+            index=index,
+            uuid=_text(uuid) if uuid is not None else f"nvidia-index-{index}",
+            model=_text(name) if name is not None else "unknown",
+            pci_bus_id=pci_bus_id,
+            parent_uuid=parent.uuid if parent else "",
+            facts=facts,
+        )
+
+    @staticmethod
+    def _mig_handles(calls: DeviceCalls, handle: Any) -> list[Any]:
+        mode = calls.call(pynvml.nvmlDeviceGetMigMode, handle)
+        if mode is None or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return []
+        slots = calls.call(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+        found = []
+        for slot in range(slots):
+            mig_handle = calls.call(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot,
+                                    empty_on=frozenset({pynvml.NVML_ERROR_NOT_FOUND}))
+            if mig_handle is not None:
+                found.append(mig_handle)
+        return found

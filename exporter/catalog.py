@@ -1,0 +1,240 @@
+"""The metric catalog: every metric the agent publishes, defined once.
+
+Each sink (Prometheus, OpenTelemetry, the JSON snapshot) and the generated
+`docs/metrics.md` read this table; no metric name appears anywhere else in the
+code. OpenTelemetry names follow the semantic conventions where one exists
+(`hw.*`), a `ray.accelerator.*` namespace elsewhere. The Prometheus name is the
+standard OTel-to-Prometheus translation of the OTel name and unit.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+class Kind(enum.Enum):
+    """How a metric's value behaves over time."""
+
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    INFO = "info"
+
+
+class Scope(enum.Enum):
+    """What one series of a metric describes; decides its common labels."""
+
+    DEVICE = "device"
+    PROCESS = "process"
+    BACKEND = "backend"
+    AGENT = "agent"
+
+
+# Labels every series of a scope carries, before the metric's own labels.
+DEVICE_LABELS: tuple[str, ...] = ("vendor", "model", "index", "uuid")
+PROCESS_LABELS: tuple[str, ...] = (*DEVICE_LABELS, "pid")
+BACKEND_LABELS: tuple[str, ...] = ("backend",)
+SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
+    Scope.DEVICE: DEVICE_LABELS,
+    Scope.PROCESS: PROCESS_LABELS,
+    Scope.BACKEND: BACKEND_LABELS,
+    Scope.AGENT: (),
+}
+
+# UCUM unit -> Prometheus suffix, per the OpenTelemetry compatibility specification.
+_UNIT_SUFFIXES = {
+    "s": "seconds",
+    "By": "bytes",
+    "W": "watts",
+    "J": "joules",
+    "Cel": "celsius",
+    "Hz": "hertz",
+}
+_ANNOTATION = re.compile(r"\{[^}]*\}")
+_INVALID_NAME_CHARS = re.compile(r"[^a-zA-Z0-9:]+")
+
+
+def prometheus_name(otel_name: str, unit: str, kind: Kind) -> str:
+    """Translate an OTel metric name and unit to the Prometheus sample name.
+
+    Dots become underscores, the unit becomes a suffix (`By` -> `_bytes`, a
+    dimensionless `1` gauge -> `_ratio`, `{annotations}` are dropped), counters
+    end in `_total`.
+    """
+    name = _INVALID_NAME_CHARS.sub("_", otel_name)
+    unit = _ANNOTATION.sub("", unit)
+    if unit == "1":
+        suffix = "ratio" if kind is Kind.GAUGE else ""
+    else:
+        suffix = _UNIT_SUFFIXES.get(unit, _INVALID_NAME_CHARS.sub("_", unit).strip("_"))
+    if suffix and not name.endswith(f"_{suffix}"):
+        name = f"{name}_{suffix}"
+    if kind is Kind.COUNTER:
+        name = f"{name}_total"
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric: its OTel identity, how it translates, and what it means."""
+
+    name: str
+    kind: Kind
+    unit: str
+    scope: Scope
+    description: str
+    labels: tuple[str, ...] = ()
+
+    @property
+    def prometheus_name(self) -> str:
+        """The sample name in Prometheus exposition (with `_total` on counters)."""
+        return prometheus_name(self.name, self.unit, self.kind)
+
+    @property
+    def prometheus_family(self) -> str:
+        """The family name `prometheus_client` expects (without `_total` or `_info`)."""
+        name = self.prometheus_name
+        if self.kind is Kind.COUNTER:
+            return name.removesuffix("_total")
+        if self.kind is Kind.INFO:
+            return name.removesuffix("_info")
+        return name
+
+    @property
+    def prometheus_unit(self) -> str:
+        """The OpenMetrics UNIT metadata, empty where the suffix is not a unit."""
+        unit = _ANNOTATION.sub("", self.unit)
+        if unit == "1" and self.kind is Kind.GAUGE:
+            return "ratio"
+        return _UNIT_SUFFIXES.get(unit, "")
+
+    @property
+    def all_labels(self) -> tuple[str, ...]:
+        """Scope labels followed by the metric's own labels (node labels come on top)."""
+        return (*SCOPE_LABELS[self.scope], *self.labels)
+
+
+def _gauge(name: str, unit: str, description: str, *labels: str, scope: Scope = Scope.DEVICE):
+    return MetricSpec(name, Kind.GAUGE, unit, scope, description, labels)
+
+
+def _counter(name: str, unit: str, description: str, *labels: str, scope: Scope = Scope.DEVICE):
+    return MetricSpec(name, Kind.COUNTER, unit, scope, description, labels)
+
+
+def _info(name: str, description: str, *labels: str, scope: Scope = Scope.DEVICE):
+    return MetricSpec(name, Kind.INFO, "", scope, description, labels)
+
+
+# Metric names, as constants so code refers to metrics without spelling them.
+GPU_UTILIZATION = "hw.gpu.utilization"
+MEMORY_BANDWIDTH_UTILIZATION = "ray.accelerator.memory.bandwidth.utilization"
+MEMORY_USAGE = "hw.gpu.memory.usage"
+MEMORY_LIMIT = "hw.gpu.memory.limit"
+MEMORY_RESERVED = "ray.accelerator.memory.reserved"
+POWER = "hw.power"
+POWER_LIMIT = "ray.accelerator.power.limit"
+ENERGY = "hw.energy"
+TEMPERATURE = "hw.temperature"
+CLOCK_FREQUENCY = "ray.accelerator.clock.frequency"
+CLOCK_MAX_FREQUENCY = "ray.accelerator.clock.max_frequency"
+THROTTLE_ACTIVE = "ray.accelerator.throttle.active"
+PERFORMANCE_STATE = "ray.accelerator.performance_state"
+HW_ERRORS = "hw.errors"
+REMAPPED_ROWS = "ray.accelerator.memory.remapped_rows"
+ROW_REMAP_PENDING = "ray.accelerator.memory.row_remap.pending"
+ROW_REMAP_FAILURE = "ray.accelerator.memory.row_remap.failure"
+RETIRED_PAGES = "ray.accelerator.memory.retired_pages"
+RETIRED_PAGES_PENDING = "ray.accelerator.memory.retired_pages.pending"
+XID_ERRORS = "ray.accelerator.xid.errors"
+DEVICE_UP = "ray.accelerator.device.up"
+DEVICE_SAMPLE_AGE = "ray.accelerator.device.sample.age"
+DEVICE_INFO = "ray.accelerator.device.info"
+PROCESS_MEMORY_USAGE = "ray.accelerator.process.memory.usage"
+PROCESS_UTILIZATION = "ray.accelerator.process.utilization"
+BACKEND_UP = "ray.accelerator.backend.up"
+BACKEND_DEVICES = "ray.accelerator.backend.devices"
+AGENT_ERRORS = "ray.accelerator.agent.errors"
+AGENT_CYCLES = "ray.accelerator.agent.cycles"
+AGENT_CYCLE_DURATION = "ray.accelerator.agent.cycle.duration"
+AGENT_INFO = "ray.accelerator.agent.info"
+
+CATALOG: tuple[MetricSpec, ...] = (
+    # Device activity
+    _gauge(GPU_UTILIZATION, "1",
+           "Fraction of the last sample period during which the device's engines of the given "
+           "task were busy (general: compute/graphics kernels; encoder; decoder).", "task"),
+    _gauge(MEMORY_BANDWIDTH_UTILIZATION, "1",
+           "Fraction of the last sample period during which device memory was being read or "
+           "written."),
+    _gauge(MEMORY_USAGE, "By", "Device memory in use."),
+    _gauge(MEMORY_LIMIT, "By", "Total device memory."),
+    _gauge(MEMORY_RESERVED, "By", "Device memory reserved by the driver and firmware."),
+    # Power, thermals, clocks
+    _gauge(POWER, "W", "Power drawn by the device."),
+    _gauge(POWER_LIMIT, "W", "Power limit the driver enforces on the device."),
+    _counter(ENERGY, "J", "Energy consumed by the device since the driver was loaded."),
+    _gauge(TEMPERATURE, "Cel", "Temperature of the given sensor.", "sensor"),
+    _gauge(CLOCK_FREQUENCY, "Hz", "Current clock frequency of the given clock domain.", "clock"),
+    _gauge(CLOCK_MAX_FREQUENCY, "Hz", "Maximum clock frequency of the given clock domain.",
+           "clock"),
+    _gauge(THROTTLE_ACTIVE, "",
+           "1 while the given reason is holding the device's clocks down, else 0.", "reason"),
+    _gauge(PERFORMANCE_STATE, "",
+           "Performance state: 0 is the highest performance, 15 the lowest."),
+    # Errors and memory health
+    _counter(HW_ERRORS, "{error}",
+             "Hardware errors counted by the device, by type (ECC corrected/uncorrected since "
+             "the driver was loaded, PCIe replays).", "error_type"),
+    _gauge(REMAPPED_ROWS, "{row}", "Memory rows remapped, by the kind of error that caused it.",
+           "cause"),
+    _gauge(ROW_REMAP_PENDING, "", "1 when a row remap waits for the next device reset."),
+    _gauge(ROW_REMAP_FAILURE, "", "1 when a row remap has failed; the device needs service."),
+    _gauge(RETIRED_PAGES, "{page}", "Memory pages retired, by the kind of error that caused it.",
+           "cause"),
+    _gauge(RETIRED_PAGES_PENDING, "", "1 when a page retirement waits for the next reset."),
+    _counter(XID_ERRORS, "{event}",
+             "Critical driver error events (NVIDIA XID) since the agent started, by XID code.",
+             "xid"),
+    # Device status
+    _gauge(DEVICE_UP, "",
+           "1 when the device answered the last sampling cycle, 0 when it is lost or failing."),
+    _gauge(DEVICE_SAMPLE_AGE, "s", "Seconds since the device's values were last read."),
+    _info(DEVICE_INFO, "Static facts about the device.",
+          "pci_bus_id", "parent_uuid", "architecture", "driver_version", "serial"),
+    # Processes on devices
+    _gauge(PROCESS_MEMORY_USAGE, "By", "Device memory used by the process.", scope=Scope.PROCESS),
+    _gauge(PROCESS_UTILIZATION, "1",
+           "Fraction of the last sample period during which the process kept the given engine "
+           "busy (sm, memory, encoder, decoder).", "engine", scope=Scope.PROCESS),
+    # The agent itself
+    _gauge(BACKEND_UP, "",
+           "1 when the vendor backend's library is loaded and answering, else 0.",
+           scope=Scope.BACKEND),
+    _gauge(BACKEND_DEVICES, "{device}", "Devices the backend found.", scope=Scope.BACKEND),
+    _counter(AGENT_ERRORS, "{error}",
+             "Failed vendor calls, by backend, error kind and function.",
+             "backend", "kind", "function", scope=Scope.AGENT),
+    _counter(AGENT_CYCLES, "{cycle}", "Sampling cycles completed.", scope=Scope.AGENT),
+    _gauge(AGENT_CYCLE_DURATION, "s", "Wall time the last sampling cycle took.",
+           scope=Scope.AGENT),
+    _info(AGENT_INFO, "The agent's version and settings.",
+          "version", "interval_seconds", "scenario", scope=Scope.AGENT),
+)
+
+_BY_NAME = {spec.name: spec for spec in CATALOG}
+
+
+def spec(name: str) -> MetricSpec:
+    """The catalog entry for an OTel metric name; KeyError names the unknown metric."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"metric {name!r} is not in the catalog") from None
+
+
+def iter_specs(scope: Scope | None = None) -> Iterator[MetricSpec]:
+    """Catalog entries in catalog order, optionally only those of one scope."""
+    return (s for s in CATALOG if scope is None or s.scope is scope)

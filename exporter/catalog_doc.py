@@ -1,0 +1,48 @@
+"""Generates `docs/metrics.md` from the metric catalog."""
+
+from __future__ import annotations
+
+from .catalog import CATALOG, SCOPE_LABELS, Kind, MetricSpec, Scope
+
+_SCOPE_TITLES = {
+    Scope.DEVICE: "Device metrics",
+    Scope.PROCESS: "Process metrics",
+    Scope.BACKEND: "Backend metrics",
+    Scope.AGENT: "Agent metrics",
+}
+
+_HEADER = """\
+# Metric catalog
+
+Generated from `exporter/catalog.py` by `make docs` (`ray-accel catalog`); do not edit by hand.
+
+Every metric has one OpenTelemetry name and unit; its Prometheus name is the
+standard translation (dots to underscores, the unit as a suffix, `_ratio` for
+dimensionless 0-1 gauges, `_total` on counters, `_info` on metadata series).
+Values are in base units. A value the hardware cannot report is absent, never 0.
+
+Labels every series carries on top of those listed:
+- `simulated="true"` when the agent runs on simulated hardware;
+- any `--node-label NAME=VALUE` given to the agent.
+"""
+
+
+def _row(spec: MetricSpec) -> str:
+    labels = ", ".join(f"`{name}`" for name in spec.labels) or "-"
+    unit = spec.unit or "-"
+    kind = "info" if spec.kind is Kind.INFO else spec.kind.value
+    return (f"| `{spec.prometheus_name}` | `{spec.name}` | {kind} | {unit} | {labels} | "
+            f"{spec.description} |")
+
+
+def render_markdown() -> str:
+    """The whole catalog document."""
+    parts = [_HEADER]
+    for scope, title in _SCOPE_TITLES.items():
+        specs = [s for s in CATALOG if s.scope is scope]
+        common = ", ".join(f"`{n}`" for n in SCOPE_LABELS[scope]) or "none"
+        parts.append(f"\n## {title}\n\nCommon labels: {common}.\n\n"
+                     "| Prometheus | OpenTelemetry | Type | Unit | Labels | Description |\n"
+                     "|---|---|---|---|---|---|\n")
+        parts.append("\n".join(_row(s) for s in specs) + "\n")
+    return "".join(parts)

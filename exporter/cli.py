@@ -1,0 +1,131 @@
+"""The `ray-accel` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from .agent import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, Agent, AgentConfig, serve_forever
+from .backends import available_backends
+from .catalog import CATALOG
+
+MIN_INTERVAL_S = 0.05
+MAX_INTERVAL_S = 3600.0
+RESERVED_LABELS = frozenset({"simulated"} | {n for spec in CATALOG for n in spec.all_labels})
+
+
+def _bounded_number(
+    kind: Callable[[str], float], low: float, high: float, what: str
+) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be between {low:g} and {high:g}, "
+                                             f"got {text}")
+        return value
+
+    return parse
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with a label-safe NAME, got {text!r}"
+        )
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ray-accel", description="Accelerator observability for Ray clusters."
+    )
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    agent = commands.add_parser("agent", help="run the per-node agent")
+    agent.add_argument("--host", default=DEFAULT_HOST,
+                       help=f"address to listen on (default {DEFAULT_HOST})")
+    agent.add_argument("--port", type=_bounded_number(int, 0, 65535, "--port"),
+                       default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
+    agent.add_argument("--interval", type=_bounded_number(float, MIN_INTERVAL_S, MAX_INTERVAL_S,
+                                                          "--interval"),
+                       default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                       help=f"sampling interval (default {DEFAULT_INTERVAL_S:g} s)")
+    agent.add_argument("--simulate", metavar="SCENARIO",
+                       help="run on simulated hardware: a shipped scenario name or a JSON file")
+    agent.add_argument("--backend", action="append", dest="backends", metavar="NAME",
+                       help="vendor backend to load (repeatable; default: every installed one)")
+    agent.add_argument("--node-label", action="append", type=_label, default=[],
+                       metavar="NAME=VALUE", help="label added to every series (repeatable)")
+    agent.set_defaults(run=_run_agent)
+
+    scenarios = commands.add_parser("scenarios",
+                                    help="list the shipped simulated-hardware scenarios")
+    scenarios.set_defaults(run=_list_scenarios)
+
+    catalog = commands.add_parser("catalog", help="print the metric catalog as Markdown")
+    catalog.set_defaults(run=_print_catalog)
+    return parser
+
+
+def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.backends:
+        unknown = sorted(set(args.backends) - set(available_backends()))
+        if unknown:
+            parser.error(f"unknown backend(s) {', '.join(unknown)}; "
+                         f"installed: {', '.join(available_backends())}")
+    reserved = sorted({key for key, _ in args.node_label} & RESERVED_LABELS)
+    if reserved:
+        parser.error(f"--node-label: {', '.join(reserved)} is already used by the agent's own "
+                     "labels")
+    if args.simulate:
+        from .simulate import ScenarioError, load_scenario
+
+        try:
+            load_scenario(args.simulate)
+        except ScenarioError as error:
+            parser.error(f"--simulate: {error}")
+    config = AgentConfig(host=args.host, port=args.port, interval_s=args.interval,
+                         backends=args.backends, simulate=args.simulate,
+                         node_labels=dict(args.node_label))
+    try:
+        asyncio.run(serve_forever(Agent(config)))
+    except OSError as error:
+        print(f"ray-accel: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _list_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .simulate import available_scenarios
+
+    for name in available_scenarios():
+        print(name)
+    return 0
+
+
+def _print_catalog(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .catalog_doc import render_markdown
+
+    sys.stdout.write(render_markdown())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.run(args, parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

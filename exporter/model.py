@@ -1,0 +1,115 @@
+"""The vendor-neutral model every backend produces and every sink reads.
+
+Values are in base units (bytes, watts, joules, hertz, ratios 0-1). A value a
+device cannot report is absent from its sample, never zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """Identity and static facts of one accelerator (a physical GPU or a MIG instance)."""
+
+    vendor: str
+    index: str
+    uuid: str
+    model: str
+    pci_bus_id: str = ""
+    parent_uuid: str = ""
+    facts: Mapping[str, str] = field(default_factory=dict)
+
+    def labels(self) -> dict[str, str]:
+        """The labels that identify this device on every one of its series."""
+        return {"vendor": self.vendor, "model": self.model, "index": self.index,
+                "uuid": self.uuid}
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One value of a catalog metric, with the metric's own labels (e.g. `task`)."""
+
+    metric: str
+    value: float
+    labels: Labels = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """A process seen on a device by the vendor library."""
+
+    pid: int
+    readings: tuple[Reading, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One interconnect link of a device (NVLink, XGMI, PCIe)."""
+
+    link_type: str
+    index: int
+    peer: str = ""
+    readings: tuple[Reading, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSample:
+    """Everything read from one device in one sampling cycle.
+
+    `up` is False when the device is lost or failing; its readings are then
+    empty. `errors` maps a vendor function to the error it returned this cycle,
+    for the metrics that are absent because of it.
+    """
+
+    device: Device
+    up: bool
+    taken_at: float
+    duration_s: float = 0.0
+    readings: tuple[Reading, ...] = ()
+    processes: tuple[ProcessSample, ...] = ()
+    links: tuple[Link, ...] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStatus:
+    """Whether a vendor backend is working, and why not."""
+
+    name: str
+    vendor: str
+    up: bool
+    device_count: int = 0
+    message: str = ""
+    facts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """One sampling cycle's view of the whole node; sinks read only this."""
+
+    cycle: int
+    taken_at: float
+    interval_s: float
+    node_labels: Mapping[str, str]
+    backends: tuple[BackendStatus, ...]
+    devices: tuple[DeviceSample, ...]
+    cycle_duration_s: float = 0.0
+    # (backend, kind, function) -> count since the agent started
+    error_counts: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    agent_facts: Mapping[str, str] = field(default_factory=dict)
+
+
+def labels_of(pairs: Iterable[tuple[str, str]] | Mapping[str, str]) -> Labels:
+    """Normalise metric labels to the hashable, ordered form readings carry."""
+    items = pairs.items() if isinstance(pairs, Mapping) else pairs
+    return tuple((str(k), str(v)) for k, v in items)
+
+
+def stale_after_s(interval_s: float) -> float:
+    """How old a device's last values may be before they count as stale."""
+    return max(3 * interval_s, 2.0)

@@ -1,0 +1,106 @@
+"""The agent's HTTP endpoints. Every handler reads the stored snapshot only."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from .model import stale_after_s
+from .sinks.json import snapshot_document
+from .sinks.prometheus import PrometheusRenderer, wants_openmetrics
+from .store import SnapshotStore
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+ENDPOINTS = {
+    "/metrics": "Prometheus text (OpenMetrics when the Accept header asks for it)",
+    "/healthz": "liveness of the sampling loop and the state of each backend",
+    "/api/v1/snapshot": "the latest node snapshot as JSON",
+}
+MAX_REQUEST_BYTES = 16 * 1024
+
+
+def json_error(status: int, message: str) -> web.Response:
+    """A JSON error body with the given HTTP status."""
+    return web.json_response({"error": message, "status": status}, status=status)
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return json_error(exc.status, exc.reason)
+
+
+class AgentHttp:
+    """Handlers over a snapshot store; `sampler_alive` tells whether sampling still runs."""
+
+    def __init__(self, store: SnapshotStore, sampler_alive: Callable[[], bool],
+                 renderer: PrometheusRenderer | None = None) -> None:
+        self._store = store
+        self._sampler_alive = sampler_alive
+        self._renderer = renderer or PrometheusRenderer()
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_errors_as_json], client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_get("/", self.index)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/api/v1/snapshot", self.snapshot)
+        return app
+
+    async def index(self, request: web.Request) -> web.Response:
+        return web.json_response({"service": "ray-accel agent", "endpoints": ENDPOINTS})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        snapshot = self._store.latest
+        if snapshot is None:
+            return _not_ready()
+        body, content_type = self._renderer.render(
+            snapshot, wants_openmetrics(request.headers.get("Accept"))
+        )
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = content_type
+        return response
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        snapshot = self._store.latest
+        if snapshot is None:
+            status, code, age = "starting", 503, None
+        else:
+            age = time.time() - snapshot.taken_at
+            stalled = age > stale_after_s(snapshot.interval_s) + snapshot.interval_s
+            if not self._sampler_alive() or stalled:
+                status, code = "stalled", 503
+            else:
+                status, code = "ok", 200
+        body = {
+            "status": status,
+            "cycle": snapshot.cycle if snapshot else 0,
+            "last_cycle_age_s": age,
+            "backends": {b.name: {"up": b.up, "devices": b.device_count, "message": b.message}
+                         for b in (snapshot.backends if snapshot else ())},
+        }
+        return web.json_response(body, status=code)
+
+    async def snapshot(self, request: web.Request) -> web.Response:
+        snapshot = self._store.latest
+        if snapshot is None:
+            return _not_ready()
+        return web.json_response(snapshot_document(snapshot), dumps=_compact_json)
+
+
+def _not_ready() -> web.Response:
+    response = json_error(503, "no sampling cycle has completed yet")
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+def _compact_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,1 @@
+"""Sinks: each turns the latest node snapshot into one output format."""

@@ -1,0 +1,73 @@
+"""The node snapshot as JSON, for `/api/v1/snapshot` and the dashboard module.
+
+Values keep their catalog (OpenTelemetry) names and base units; a value the
+device cannot report is absent, never zero or null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .. import catalog as m
+from ..model import DeviceSample, NodeSnapshot, Reading, stale_after_s
+
+SCHEMA_VERSION = 1
+
+
+def _values(readings: Iterable[Reading]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for reading in readings:
+        grouped.setdefault(reading.metric, []).append(
+            {"labels": dict(reading.labels), "value": reading.value}
+        )
+    return grouped
+
+
+def _device(sample: DeviceSample, taken_at: float, stale_after: float) -> dict[str, Any]:
+    device = sample.device
+    age_s = max(taken_at - sample.taken_at, 0.0)
+    return {
+        **device.labels(),
+        "pci_bus_id": device.pci_bus_id,
+        "parent_uuid": device.parent_uuid,
+        "facts": dict(device.facts),
+        "up": sample.up,
+        "stale": age_s > stale_after,
+        "sampled_at": sample.taken_at,
+        "age_s": age_s,
+        "read_duration_s": sample.duration_s,
+        "values": _values(sample.readings),
+        "processes": [{"pid": p.pid, "values": _values(p.readings)} for p in sample.processes],
+        "links": [
+            {"link_type": link.link_type, "index": link.index, "peer": link.peer,
+             "values": _values(link.readings)}
+            for link in sample.links
+        ],
+        "errors": dict(sample.errors),
+    }
+
+
+def snapshot_document(snapshot: NodeSnapshot) -> dict[str, Any]:
+    """The whole node snapshot as a JSON-ready dict."""
+    stale_after = stale_after_s(snapshot.interval_s)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cycle": snapshot.cycle,
+        "taken_at": snapshot.taken_at,
+        "interval_s": snapshot.interval_s,
+        "cycle_duration_s": snapshot.cycle_duration_s,
+        "node": dict(snapshot.node_labels),
+        "agent": dict(snapshot.agent_facts),
+        "backends": [
+            {"name": b.name, "vendor": b.vendor, "up": b.up, "device_count": b.device_count,
+             "message": b.message, "facts": dict(b.facts)}
+            for b in snapshot.backends
+        ],
+        "devices": [_device(s, snapshot.taken_at, stale_after) for s in snapshot.devices],
+        "errors": [
+            {"backend": backend, "kind": kind, "function": function, "count": count}
+            for (backend, kind, function), count in sorted(snapshot.error_counts.items())
+        ],
+        "units": {spec.name: spec.unit for spec in m.CATALOG},
+    }

@@ -1,0 +1,156 @@
+"""Prometheus exposition of a node snapshot, built from the metric catalog.
+
+Rendering reads only the snapshot (never a vendor library) and is cached per
+snapshot and format, so any number of scrapes within one cycle cost one render.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import exposition
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import CollectorRegistry
+
+from .. import catalog as m
+from ..catalog import CATALOG, Kind, MetricSpec
+from ..model import DeviceSample, NodeSnapshot, Reading
+
+_FAMILY_TYPES = {
+    Kind.GAUGE: GaugeMetricFamily,
+    Kind.COUNTER: CounterMetricFamily,
+    Kind.INFO: InfoMetricFamily,
+}
+
+
+class _Families:
+    """One metric family per catalog entry, created on first use, in catalog order."""
+
+    def __init__(self, node_labels: Mapping[str, str]) -> None:
+        self._node_names = tuple(node_labels)
+        self._node_values = tuple(node_labels.values())
+        self._families: dict[str, Metric] = {}
+
+    def add(self, spec: MetricSpec, scope_values: Iterable[str], value: float | Mapping[str, str],
+            own_labels: Mapping[str, str] | None = None) -> None:
+        family = self._families.get(spec.name)
+        if family is None:
+            family = self._create(spec)
+        own = own_labels or {}
+        label_values = [*self._node_values, *scope_values, *(own.get(n, "") for n in spec.labels)]
+        family.add_metric(label_values, value)
+
+    def _create(self, spec: MetricSpec) -> Metric:
+        names = [*self._node_names, *spec.all_labels]
+        if spec.kind is Kind.INFO:
+            # Info series carry their facts as labels; the metric's own labels are those facts.
+            names = [*self._node_names, *m.SCOPE_LABELS[spec.scope]]
+            family = InfoMetricFamily(spec.prometheus_family, spec.description, labels=names)
+        else:
+            family = _FAMILY_TYPES[spec.kind](
+                spec.prometheus_family, spec.description, labels=names, unit=spec.prometheus_unit
+            )
+        self._families[spec.name] = family
+        return family
+
+    def in_catalog_order(self) -> Iterator[Metric]:
+        for spec in CATALOG:
+            family = self._families.get(spec.name)
+            if family is not None:
+                yield family
+
+
+def _add_readings(families: _Families, readings: Iterable[Reading],
+                  scope_values: tuple[str, ...]) -> None:
+    for reading in readings:
+        families.add(m.spec(reading.metric), scope_values, reading.value, dict(reading.labels))
+
+
+def _add_device(families: _Families, sample: DeviceSample, age_s: float) -> None:
+    device = sample.device
+    scope_values = tuple(device.labels().values())
+    families.add(m.spec(m.DEVICE_UP), scope_values, 1 if sample.up else 0)
+    families.add(m.spec(m.DEVICE_SAMPLE_AGE), scope_values, max(age_s, 0.0))
+    info_spec = m.spec(m.DEVICE_INFO)
+    facts = {"pci_bus_id": device.pci_bus_id, "parent_uuid": device.parent_uuid, **device.facts}
+    families.add(info_spec, scope_values, {n: facts.get(n, "") for n in info_spec.labels})
+    _add_readings(families, sample.readings, scope_values)
+    for process in sample.processes:
+        _add_readings(families, process.readings, (*scope_values, str(process.pid)))
+
+
+def snapshot_families(snapshot: NodeSnapshot) -> list[Metric]:
+    """Every metric family of one snapshot, in catalog order."""
+    families = _Families(snapshot.node_labels)
+    for sample in snapshot.devices:
+        _add_device(families, sample, snapshot.taken_at - sample.taken_at)
+    for backend in snapshot.backends:
+        families.add(m.spec(m.BACKEND_UP), (backend.name,), 1 if backend.up else 0)
+        families.add(m.spec(m.BACKEND_DEVICES), (backend.name,), backend.device_count)
+    for (backend, kind, function), count in sorted(snapshot.error_counts.items()):
+        families.add(m.spec(m.AGENT_ERRORS), (), count,
+                     {"backend": backend, "kind": kind, "function": function})
+    families.add(m.spec(m.AGENT_CYCLES), (), snapshot.cycle)
+    families.add(m.spec(m.AGENT_CYCLE_DURATION), (), snapshot.cycle_duration_s)
+    agent_info = m.spec(m.AGENT_INFO)
+    families.add(agent_info, (), {n: snapshot.agent_facts.get(n, "") for n in agent_info.labels})
+    return list(families.in_catalog_order())
+
+
+class _FixedCollector:
+    """Adapts a list of families to the `collect()` interface exposition expects."""
+
+    def __init__(self, metrics: list[Metric], extra: Iterable[Any] = ()) -> None:
+        self._metrics = metrics
+        self._extra = extra
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._metrics
+        for collector in self._extra:
+            yield from collector.collect()
+
+
+OPENMETRICS = openmetrics.CONTENT_TYPE_LATEST
+TEXT = exposition.CONTENT_TYPE_LATEST
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """True when the Accept header asks for OpenMetrics text."""
+    return "application/openmetrics-text" in (accept or "")
+
+
+class PrometheusRenderer:
+    """Renders snapshots to Prometheus or OpenMetrics text, caching the last one of each."""
+
+    def __init__(self, include_process_metrics: bool = True) -> None:
+        self._lock = threading.Lock()
+        self._cache: dict[bool, tuple[int, float, bytes]] = {}
+        self._process = (
+            [ProcessCollector(registry=CollectorRegistry(auto_describe=False))]
+            if include_process_metrics else []
+        )
+
+    def render(self, snapshot: NodeSnapshot, openmetrics_format: bool) -> tuple[bytes, str]:
+        """The body and content type of `/metrics` for this snapshot."""
+        key = (snapshot.cycle, snapshot.taken_at)
+        with self._lock:
+            cached = self._cache.get(openmetrics_format)
+            if cached is not None and cached[:2] == key:
+                return cached[2], OPENMETRICS if openmetrics_format else TEXT
+        collector = _FixedCollector(snapshot_families(snapshot), self._process)
+        if openmetrics_format:
+            body = openmetrics.generate_latest(collector)
+        else:
+            body = exposition.generate_latest(collector)
+        with self._lock:
+            self._cache[openmetrics_format] = (*key, body)
+        return body, OPENMETRICS if openmetrics_format else TEXT

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the system packages the test suite uses (Debian): Prometheus and
+# promtool, and a C compiler for the simulated NVML library. Runs apt-get only
+# for what is missing.
+set -euo pipefail
+
+declare -A PACKAGE_FOR=(
+  [promtool]=prometheus
+  [prometheus]=prometheus
+  [cc]=gcc
+)
+
+missing=()
+for command in "${!PACKAGE_FOR[@]}"; do
+  command -v "$command" >/dev/null 2>&1 || missing+=("${PACKAGE_FOR[$command]}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+mapfile -t packages < <(printf '%s\n' "${missing[@]}" | sort -u)
+if [ "$(id -u)" -eq 0 ]; then
+  SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+  SUDO="sudo"
+else
+  echo "missing system packages: ${packages[*]} (install them as root)" >&2
+  exit 1
+fi
+echo "installing system packages: ${packages[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
