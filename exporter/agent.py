@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
 
+from .attribution.guard import DEFAULT_TASK_ID_CAP, TaskIdGuard
 from .backends import Backend, load_backends
 from .sampler import Sampler
 from .server import AgentHttp
@@ -42,6 +43,11 @@ class AgentConfig:
     simulate: str | None = None
     node_labels: dict[str, str] = field(default_factory=dict)
     retry_s: float = 30.0
+    ray: bool = True
+    ray_address: str | None = None
+    ray_node_id: str | None = None
+    attribution_interval_s: float = 2.0
+    task_id_cap: int = DEFAULT_TASK_ID_CAP
 
 
 class Agent:
@@ -61,13 +67,28 @@ class Agent:
             node_labels["simulated"] = "true"
             facts["scenario"] = self.simulation.scenario_name
         self.store = SnapshotStore()
+        self.attribution = self._attribution_refresher(config)
         self.sampler = Sampler(
             backends if backends is not None else load_backends(config.backends),
             self.store, interval_s=config.interval_s, node_labels=node_labels,
             agent_facts=facts, retry_s=config.retry_s,
+            attribution=(lambda: self.attribution.latest) if self.attribution else None,
         )
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+
+    @staticmethod
+    def _attribution_refresher(config: AgentConfig):
+        if not config.ray:
+            return None
+        from .attribution.ray_sources import RaySources
+        from .attribution.refresher import AttributionRefresher
+
+        return AttributionRefresher(
+            lambda: RaySources.discover(config.ray_address, config.ray_node_id),
+            interval_s=config.attribution_interval_s,
+            guard=TaskIdGuard(cap=config.task_id_cap),
+        )
 
     @property
     def url(self) -> str:
@@ -77,6 +98,8 @@ class Agent:
 
     async def start(self) -> None:
         """Start sampling and listening; returns once the server accepts connections."""
+        if self.attribution is not None:
+            self.attribution.start()
         self.sampler.start()
         http = AgentHttp(self.store, lambda: self.sampler.alive)
         self._runner = web.AppRunner(http.app(), access_log=None)
@@ -91,6 +114,8 @@ class Agent:
             await self._runner.cleanup()
             self._runner = None
         await asyncio.to_thread(self.sampler.stop)
+        if self.attribution is not None:
+            await asyncio.to_thread(self.attribution.stop)
 
 
 async def serve_forever(agent: Agent) -> None:

@@ -34,7 +34,14 @@ class Scope(enum.Enum):
 
 # Labels every series of a scope carries, before the metric's own labels.
 DEVICE_LABELS: tuple[str, ...] = ("vendor", "model", "index", "uuid")
-PROCESS_LABELS: tuple[str, ...] = (*DEVICE_LABELS, "pid")
+# A process or Ray worker on a device: who it is in Ray's terms (empty when not Ray's).
+RAY_LABELS: tuple[str, ...] = (
+    "pid", "ray_job_id", "ray_worker_id", "ray_actor_id", "actor_class", "actor_name",
+    "ray_task_id", "task_name",
+)
+PROCESS_LABELS: tuple[str, ...] = (*DEVICE_LABELS, *RAY_LABELS)
+# Labels the agent puts on every series of the node (besides --node-label ones).
+NODE_LABELS: tuple[str, ...] = ("ray_node_id", "simulated")
 BACKEND_LABELS: tuple[str, ...] = ("backend",)
 SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
     Scope.DEVICE: DEVICE_LABELS,
@@ -152,6 +159,9 @@ XID_ERRORS = "ray.accelerator.xid.errors"
 DEVICE_UP = "ray.accelerator.device.up"
 DEVICE_SAMPLE_AGE = "ray.accelerator.device.sample.age"
 DEVICE_INFO = "ray.accelerator.device.info"
+ALLOCATION = "ray.accelerator.allocation"
+ALLOCATION_IDLE = "ray.accelerator.allocation.idle"
+DEVICE_ALLOCATED = "ray.accelerator.device.allocated"
 PROCESS_MEMORY_USAGE = "ray.accelerator.process.memory.usage"
 PROCESS_UTILIZATION = "ray.accelerator.process.utilization"
 BACKEND_UP = "ray.accelerator.backend.up"
@@ -160,6 +170,9 @@ AGENT_ERRORS = "ray.accelerator.agent.errors"
 AGENT_CYCLES = "ray.accelerator.agent.cycles"
 AGENT_CYCLE_DURATION = "ray.accelerator.agent.cycle.duration"
 AGENT_INFO = "ray.accelerator.agent.info"
+ATTRIBUTION_UP = "ray.accelerator.attribution.up"
+ATTRIBUTION_AGE = "ray.accelerator.attribution.age"
+ATTRIBUTION_DROPPED_LABELS = "ray.accelerator.attribution.dropped_labels"
 
 CATALOG: tuple[MetricSpec, ...] = (
     # Device activity
@@ -204,7 +217,16 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(DEVICE_SAMPLE_AGE, "s", "Seconds since the device's values were last read."),
     _info(DEVICE_INFO, "Static facts about the device.",
           "pci_bus_id", "parent_uuid", "architecture", "driver_version", "serial"),
-    # Processes on devices
+    _gauge(DEVICE_ALLOCATED, "1",
+           "Fraction of the device Ray's scheduler has assigned to workers, all together."),
+    # Ray workers and processes on devices
+    _gauge(ALLOCATION, "1",
+           "Fraction of the device Ray's scheduler assigned to the worker (1 for num_gpus=1, "
+           "0.5 for num_gpus=0.5), whether or not the worker uses it.", scope=Scope.PROCESS),
+    _gauge(ALLOCATION_IDLE, "",
+           "1 when the worker holds the device but shows no activity on it in the last "
+           "cycle (no context on the device, or none of its engines busy), else 0.",
+           scope=Scope.PROCESS),
     _gauge(PROCESS_MEMORY_USAGE, "By", "Device memory used by the process.", scope=Scope.PROCESS),
     _gauge(PROCESS_UTILIZATION, "1",
            "Fraction of the last sample period during which the process kept the given engine "
@@ -222,6 +244,15 @@ CATALOG: tuple[MetricSpec, ...] = (
            scope=Scope.AGENT),
     _info(AGENT_INFO, "The agent's version and settings.",
           "version", "interval_seconds", "scenario", scope=Scope.AGENT),
+    _gauge(ATTRIBUTION_UP, "",
+           "1 when the given Ray source (discovery, raylet, state_api) answered the last "
+           "attribution refresh, else 0; while 0, series lack the labels it provides.",
+           "source", scope=Scope.AGENT),
+    _gauge(ATTRIBUTION_AGE, "s", "Seconds since the Ray attribution was last refreshed.",
+           scope=Scope.AGENT),
+    _counter(ATTRIBUTION_DROPPED_LABELS, "{value}",
+             "Label values left out by the cardinality guard (e.g. task ids beyond the cap), "
+             "by label.", "label", scope=Scope.AGENT),
 )
 
 _BY_NAME = {spec.name: spec for spec in CATALOG}

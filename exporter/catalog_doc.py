@@ -6,7 +6,7 @@ from .catalog import CATALOG, SCOPE_LABELS, Kind, MetricSpec, Scope
 
 _SCOPE_TITLES = {
     Scope.DEVICE: "Device metrics",
-    Scope.PROCESS: "Process metrics",
+    Scope.PROCESS: "Process and Ray worker metrics",
     Scope.BACKEND: "Backend metrics",
     Scope.AGENT: "Agent metrics",
 }
@@ -22,8 +22,18 @@ dimensionless 0-1 gauges, `_total` on counters, `_info` on metadata series).
 Values are in base units. A value the hardware cannot report is absent, never 0.
 
 Labels every series carries on top of those listed:
+- `ray_node_id`, the Ray node the agent runs on, once it has found one;
 - `simulated="true"` when the agent runs on simulated hardware;
 - any `--node-label NAME=VALUE` given to the agent.
+
+Process metrics and the allocation metrics share one label set, so they join
+in PromQL: the device's labels, then `pid` and the Ray worker's identity
+(`ray_job_id`, `ray_worker_id`, `ray_actor_id`, `actor_class`, `actor_name`,
+and `ray_task_id`/`task_name` of the task it runs now). The Ray labels are
+empty for a process that is not a Ray worker. At most 1000 distinct
+`ray_task_id` values per node per 10 minutes are exported (`--task-id-cap`);
+beyond that `ray_task_id` is empty, `task_name` stays, and the dropped values
+are counted in `ray_accelerator_attribution_dropped_labels_total`.
 """
 
 

@@ -9,12 +9,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .agent import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, Agent, AgentConfig, serve_forever
+from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
-from .catalog import CATALOG
+from .catalog import CATALOG, NODE_LABELS
 
 MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 3600.0
-RESERVED_LABELS = frozenset({"simulated"} | {n for spec in CATALOG for n in spec.all_labels})
+RESERVED_LABELS = frozenset({*NODE_LABELS, *(n for spec in CATALOG for n in spec.all_labels)})
 
 
 def _bounded_number(
@@ -61,10 +62,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"sampling interval (default {DEFAULT_INTERVAL_S:g} s)")
     agent.add_argument("--simulate", metavar="SCENARIO",
                        help="run on simulated hardware: a shipped scenario name or a JSON file")
+    agent.add_argument("--retry", type=_bounded_number(float, 0.1, 3600, "--retry"),
+                       default=30.0, metavar="SECONDS",
+                       help="how often to retry a backend whose driver is missing (default 30 s)")
     agent.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                        help="vendor backend to load (repeatable; default: every installed one)")
     agent.add_argument("--node-label", action="append", type=_label, default=[],
                        metavar="NAME=VALUE", help="label added to every series (repeatable)")
+    ray = agent.add_argument_group("Ray attribution")
+    ray.add_argument("--ray-address", metavar="ADDR",
+                     help="GCS address of the Ray cluster (default: the Ray node running on "
+                          "this host, found by itself)")
+    ray.add_argument("--ray-node-id", metavar="HEX",
+                     help="which Ray node on this host to attribute to, when several run here")
+    ray.add_argument("--no-ray", action="store_true",
+                     help="do not look for Ray; export device metrics only")
+    ray.add_argument("--attribution-interval",
+                     type=_bounded_number(float, 0.1, 3600, "--attribution-interval"),
+                     default=2.0, metavar="SECONDS",
+                     help="how often to refresh Ray workers and tasks (default 2 s)")
+    ray.add_argument("--task-id-cap", type=_bounded_number(int, 0, 1_000_000, "--task-id-cap"),
+                     default=DEFAULT_TASK_ID_CAP, metavar="N",
+                     help="distinct ray_task_id label values per 10 minutes (default "
+                          f"{DEFAULT_TASK_ID_CAP}); beyond it the label is left empty")
     agent.set_defaults(run=_run_agent)
 
     scenarios = commands.add_parser("scenarios",
@@ -95,7 +115,11 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             parser.error(f"--simulate: {error}")
     config = AgentConfig(host=args.host, port=args.port, interval_s=args.interval,
                          backends=args.backends, simulate=args.simulate,
-                         node_labels=dict(args.node_label))
+                         node_labels=dict(args.node_label), retry_s=args.retry,
+                         ray=not args.no_ray, ray_address=args.ray_address,
+                         ray_node_id=args.ray_node_id,
+                         attribution_interval_s=args.attribution_interval,
+                         task_id_cap=args.task_id_cap)
     try:
         asyncio.run(serve_forever(Agent(config)))
     except OSError as error:

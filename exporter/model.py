@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .attribution.model import UNATTRIBUTED, Attribution, Holder
+
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -102,6 +104,9 @@ class NodeSnapshot:
     # (backend, kind, function) -> count since the agent started
     error_counts: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
     agent_facts: Mapping[str, str] = field(default_factory=dict)
+    attribution: Attribution = UNATTRIBUTED
+    # device uuid -> the Ray workers holding it, from the attribution's grants
+    holders: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
 
 
 def labels_of(pairs: Iterable[tuple[str, str]] | Mapping[str, str]) -> Labels:

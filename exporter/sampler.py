@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .attribution.model import UNATTRIBUTED, Attribution
+from .attribution.slots import assign_holders
 from .backends.base import Backend, BackendUnavailable, ErrorTally
 from .model import BackendStatus, Device, DeviceSample, NodeSnapshot, stale_after_s
 from .store import SnapshotStore
@@ -27,10 +30,16 @@ AGENT = "agent"
 
 
 class Worker:
-    """Runs one call at a time on its own thread; reports busy while a call is in flight."""
+    """Runs one call at a time on its own daemon thread; busy while a call is in flight.
+
+    The thread is a daemon so that a vendor call hung forever never keeps the
+    agent from exiting.
+    """
 
     def __init__(self, name: str) -> None:
-        self._executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._future: futures.Future | None = None
 
     @property
@@ -41,7 +50,11 @@ class Worker:
         """Start `fn(*args)` unless a previous call is still running (then None)."""
         if self.busy:
             return None
-        self._future = self._executor.submit(fn, *args)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._future = futures.Future()
+        self._queue.put((self._future, fn, args))
         return self._future
 
     def take_result(self) -> futures.Future | None:
@@ -53,7 +66,18 @@ class Worker:
         return future
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Let the thread end after its current call."""
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:  # handed to whoever reads the future
+                future.set_exception(error)
 
 
 @dataclass
@@ -163,6 +187,7 @@ class Sampler:
         node_labels: Mapping[str, str] | None = None,
         agent_facts: Mapping[str, str] | None = None,
         retry_s: float = 30.0,
+        attribution: Callable[[], Attribution] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
@@ -170,6 +195,7 @@ class Sampler:
         self.store = store
         self.node_labels = dict(node_labels or {})
         self.agent_facts = dict(agent_facts or {})
+        self._attribution = attribution or (lambda: UNATTRIBUTED)
         self.stale_after_s = stale_after_s(interval_s)
         self._runners = [BackendRunner(b, retry_s) for b in backends]
         self._tally = ErrorTally()
@@ -210,16 +236,24 @@ class Sampler:
         for runner in self._runners:
             runner.finish_cycle(finished, self.stale_after_s, self._tally)
         self._cycle += 1
+        samples = tuple(s for runner in self._runners for s in runner.samples())
+        attribution = self._attribution()
+        node_labels = dict(self.node_labels)
+        if attribution.node_id:
+            node_labels["ray_node_id"] = attribution.node_id
         snapshot = NodeSnapshot(
             cycle=self._cycle,
             taken_at=finished,
             interval_s=self.interval_s,
-            node_labels=self.node_labels,
+            node_labels=node_labels,
             backends=tuple(runner.status() for runner in self._runners),
-            devices=tuple(s for runner in self._runners for s in runner.samples()),
+            devices=samples,
             cycle_duration_s=time.monotonic() - started,
             error_counts=self._error_counts(),
             agent_facts=self.agent_facts,
+            attribution=attribution,
+            holders=assign_holders([s.device for s in samples], attribution.visible_devices,
+                                   attribution.grants),
         )
         self.store.publish(snapshot)
         return snapshot

@@ -52,7 +52,7 @@ def test_names_follow_the_naming_rules():
 
 
 def test_unknown_metric_lookup_names_the_metric():
-    with pytest.raises(KeyError, match="hw.bogus"):
+    with pytest.raises(KeyError, match=r"hw\.bogus"):
         catalog.spec("hw.bogus")
 
 

@@ -86,7 +86,9 @@ def test_values_labels_and_names_round_trip():
     assert value("ray_accelerator_xid_errors_total", xid="79") == 2
     assert value("ray_accelerator_device_up") == 1
     assert value("ray_accelerator_device_sample_age_seconds") == 0.5
-    assert value("ray_accelerator_process_memory_usage_bytes", pid="4242") == 2**30
+    not_ray = {"ray_job_id": "", "ray_worker_id": "", "ray_actor_id": "", "actor_class": "",
+               "actor_name": "", "ray_task_id": "", "task_name": ""}
+    assert value("ray_accelerator_process_memory_usage_bytes", pid="4242", **not_ray) == 2**30
     info = value("ray_accelerator_device_info", pci_bus_id="00000000:18:00.0", parent_uuid="",
                  architecture="hopper", driver_version="570.1", serial="")
     assert info == 1

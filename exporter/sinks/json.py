@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import catalog as m
+from ..attribution.join import allocations
+from ..attribution.model import Attribution, RayIdentity
 from ..model import DeviceSample, NodeSnapshot, Reading, stale_after_s
 
 SCHEMA_VERSION = 1
@@ -24,9 +26,27 @@ def _values(readings: Iterable[Reading]) -> dict[str, list[dict[str, Any]]]:
     return grouped
 
 
-def _device(sample: DeviceSample, taken_at: float, stale_after: float) -> dict[str, Any]:
+def _identity(identity: RayIdentity) -> dict[str, Any]:
+    return {**identity.labels(), "pid": identity.pid}
+
+
+def _holders(sample: DeviceSample, snapshot: NodeSnapshot) -> dict[str, Any]:
+    if not snapshot.attribution.knows_allocations:
+        return {}
+    found = allocations(sample, snapshot.holders)
+    return {
+        "allocated": sum(a.holder.fraction for a in found) if sample.up else None,
+        "holders": [
+            {**_identity(a.holder.identity), "fraction": a.holder.fraction, "idle": a.idle}
+            for a in found
+        ],
+    }
+
+
+def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float) -> dict[str, Any]:
     device = sample.device
-    age_s = max(taken_at - sample.taken_at, 0.0)
+    age_s = max(snapshot.taken_at - sample.taken_at, 0.0)
+    identity = snapshot.attribution.identity
     return {
         **device.labels(),
         "pci_bus_id": device.pci_bus_id,
@@ -38,13 +58,25 @@ def _device(sample: DeviceSample, taken_at: float, stale_after: float) -> dict[s
         "age_s": age_s,
         "read_duration_s": sample.duration_s,
         "values": _values(sample.readings),
-        "processes": [{"pid": p.pid, "values": _values(p.readings)} for p in sample.processes],
+        "processes": [{**_identity(identity(p.pid)), "values": _values(p.readings)}
+                      for p in sample.processes],
         "links": [
             {"link_type": link.link_type, "index": link.index, "peer": link.peer,
              "values": _values(link.readings)}
             for link in sample.links
         ],
         "errors": dict(sample.errors),
+        **_holders(sample, snapshot),
+    }
+
+
+def _attribution(attribution: Attribution, taken_at: float) -> dict[str, Any]:
+    return {
+        "node_id": attribution.node_id,
+        "age_s": taken_at - attribution.refreshed_at if attribution.refreshed_at else None,
+        "sources": [{"name": s.name, "up": s.up, "message": s.message}
+                    for s in attribution.sources],
+        "dropped_labels": dict(attribution.dropped_labels),
     }
 
 
@@ -64,7 +96,8 @@ def snapshot_document(snapshot: NodeSnapshot) -> dict[str, Any]:
              "message": b.message, "facts": dict(b.facts)}
             for b in snapshot.backends
         ],
-        "devices": [_device(s, snapshot.taken_at, stale_after) for s in snapshot.devices],
+        "devices": [_device(s, snapshot, stale_after) for s in snapshot.devices],
+        "attribution": _attribution(snapshot.attribution, snapshot.taken_at),
         "errors": [
             {"backend": backend, "kind": kind, "function": function, "count": count}
             for (backend, kind, function), count in sorted(snapshot.error_counts.items())

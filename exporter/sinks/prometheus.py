@@ -22,6 +22,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from .. import catalog as m
+from ..attribution.join import allocations
 from ..catalog import CATALOG, Kind, MetricSpec
 from ..model import DeviceSample, NodeSnapshot, Reading
 
@@ -75,24 +76,37 @@ def _add_readings(families: _Families, readings: Iterable[Reading],
         families.add(m.spec(reading.metric), scope_values, reading.value, dict(reading.labels))
 
 
-def _add_device(families: _Families, sample: DeviceSample, age_s: float) -> None:
+def _add_device(families: _Families, sample: DeviceSample, snapshot: NodeSnapshot) -> None:
     device = sample.device
     scope_values = tuple(device.labels().values())
     families.add(m.spec(m.DEVICE_UP), scope_values, 1 if sample.up else 0)
-    families.add(m.spec(m.DEVICE_SAMPLE_AGE), scope_values, max(age_s, 0.0))
+    families.add(m.spec(m.DEVICE_SAMPLE_AGE), scope_values,
+                 max(snapshot.taken_at - sample.taken_at, 0.0))
     info_spec = m.spec(m.DEVICE_INFO)
     facts = {"pci_bus_id": device.pci_bus_id, "parent_uuid": device.parent_uuid, **device.facts}
     families.add(info_spec, scope_values, {n: facts.get(n, "") for n in info_spec.labels})
     _add_readings(families, sample.readings, scope_values)
+    identity = snapshot.attribution.identity
     for process in sample.processes:
-        _add_readings(families, process.readings, (*scope_values, str(process.pid)))
+        _add_readings(families, process.readings,
+                      (*scope_values, *identity(process.pid).labels().values()))
+    _add_allocations(families, sample, snapshot, scope_values)
 
 
-def snapshot_families(snapshot: NodeSnapshot) -> list[Metric]:
-    """Every metric family of one snapshot, in catalog order."""
-    families = _Families(snapshot.node_labels)
-    for sample in snapshot.devices:
-        _add_device(families, sample, snapshot.taken_at - sample.taken_at)
+def _add_allocations(families: _Families, sample: DeviceSample, snapshot: NodeSnapshot,
+                     scope_values: tuple[str, ...]) -> None:
+    if not sample.up or not snapshot.attribution.knows_allocations:
+        return
+    found = allocations(sample, snapshot.holders)
+    families.add(m.spec(m.DEVICE_ALLOCATED), scope_values,
+                 sum(a.holder.fraction for a in found))
+    for allocation in found:
+        holder_values = (*scope_values, *allocation.holder.identity.labels().values())
+        families.add(m.spec(m.ALLOCATION), holder_values, allocation.holder.fraction)
+        families.add(m.spec(m.ALLOCATION_IDLE), holder_values, 1 if allocation.idle else 0)
+
+
+def _add_agent(families: _Families, snapshot: NodeSnapshot) -> None:
     for backend in snapshot.backends:
         families.add(m.spec(m.BACKEND_UP), (backend.name,), 1 if backend.up else 0)
         families.add(m.spec(m.BACKEND_DEVICES), (backend.name,), backend.device_count)
@@ -103,6 +117,23 @@ def snapshot_families(snapshot: NodeSnapshot) -> list[Metric]:
     families.add(m.spec(m.AGENT_CYCLE_DURATION), (), snapshot.cycle_duration_s)
     agent_info = m.spec(m.AGENT_INFO)
     families.add(agent_info, (), {n: snapshot.agent_facts.get(n, "") for n in agent_info.labels})
+    attribution = snapshot.attribution
+    for source in attribution.sources:
+        families.add(m.spec(m.ATTRIBUTION_UP), (), 1 if source.up else 0,
+                     {"source": source.name})
+    if attribution.refreshed_at:
+        families.add(m.spec(m.ATTRIBUTION_AGE), (),
+                     max(snapshot.taken_at - attribution.refreshed_at, 0.0))
+    for label, count in attribution.dropped_labels.items():
+        families.add(m.spec(m.ATTRIBUTION_DROPPED_LABELS), (), count, {"label": label})
+
+
+def snapshot_families(snapshot: NodeSnapshot) -> list[Metric]:
+    """Every metric family of one snapshot, in catalog order."""
+    families = _Families(snapshot.node_labels)
+    for sample in snapshot.devices:
+        _add_device(families, sample, snapshot)
+    _add_agent(families, snapshot)
     return list(families.in_catalog_order())
 
 

@@ -1,0 +1,126 @@
+"""Refreshes the Ray side of attribution on its own cadence, apart from sampling.
+
+A slow or unreachable GCS delays only this thread: sampling keeps publishing
+with the last attribution, and when Ray cannot be reached the attribution is
+empty (devices flow unattributed) and says why, until Ray answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from .guard import TaskIdGuard
+from .model import DISCOVERY, RAYLET, STATE_API, Attribution, Grant, RayIdentity, SourceStatus
+from .ray_sources import RayNotFound, RaySourceError, RaySources, RayWorkerInfo, RunningTask
+from .slots import VENDOR_RESOURCES
+
+log = logging.getLogger(__name__)
+
+Discover = Callable[[], RaySources]
+ACCELERATOR_RESOURCES = frozenset(resource for resource, _ in VENDOR_RESOURCES.values())
+
+
+class AttributionRefresher:
+    """Holds the latest `Attribution`, rebuilt every `interval_s` on a background thread."""
+
+    def __init__(self, discover: Discover, interval_s: float = 2.0,
+                 guard: TaskIdGuard | None = None, rediscover_s: float = 10.0,
+                 timeout_s: float = 5.0) -> None:
+        self._discover = discover
+        self.interval_s = interval_s
+        self._rediscover_s = rediscover_s
+        self._timeout_s = timeout_s
+        self._guard = guard or TaskIdGuard()
+        self._sources: RaySources | None = None
+        self._next_discovery = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.latest = Attribution(sources=(SourceStatus(DISCOVERY, False, "not tried yet"),))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="ray-accel-attribution",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._timeout_s * 2 + self.interval_s)
+        if self._sources is not None:
+            self._sources.close()
+
+    def refresh(self) -> Attribution:
+        """Rebuild the attribution now and make it the latest."""
+        sources = self._connected_sources()
+        if sources is None:
+            return self.latest
+        statuses = []
+        try:
+            workers = sources.workers(timeout_s=self._timeout_s)
+            statuses.append(SourceStatus(RAYLET, True))
+        except RaySourceError as error:
+            workers = []
+            statuses.append(SourceStatus(RAYLET, False, str(error)))
+        tasks_by_pid: dict[int, RunningTask] = {}
+        # Only workers holding accelerators need task labels; asking the State API
+        # (served by the head) only then keeps a large idle cluster off the head.
+        if any(w.grants.get(r) for w in workers for r in ACCELERATOR_RESOURCES):
+            try:
+                tasks_by_pid = {t.pid: t for t in sources.running_tasks(timeout_s=self._timeout_s)}
+                statuses.append(SourceStatus(STATE_API, True))
+            except RaySourceError as error:
+                statuses.append(SourceStatus(STATE_API, False, str(error)))
+        self.latest = self._build(sources, workers, tasks_by_pid, tuple(statuses))
+        return self.latest
+
+    def _build(self, sources: RaySources, workers: list[RayWorkerInfo],
+               tasks_by_pid: dict[int, RunningTask],
+               statuses: tuple[SourceStatus, ...]) -> Attribution:
+        identities: dict[int, RayIdentity] = {}
+        grants: list[Grant] = []
+        for worker in workers:
+            task = tasks_by_pid.get(worker.pid)
+            identity = RayIdentity(
+                pid=worker.pid, job_id=worker.job_id, worker_id=worker.worker_id,
+                actor_id=worker.actor_id, actor_class=worker.actor_class,
+                actor_name=worker.actor_name,
+                task_id=self._guard.admit(task.task_id) if task else "",
+                task_name=task.name if task else "",
+            )
+            identities[worker.pid] = identity
+            for resource, resource_grants in worker.grants.items():
+                grants.extend(Grant(identity, resource, g.slot, g.quantity)
+                              for g in resource_grants)
+        return Attribution(
+            node_id=sources.node.node_id, refreshed_at=time.time(), sources=statuses,
+            identities=identities, grants=tuple(grants),
+            visible_devices=dict(sources.node.visible_devices),
+            dropped_labels={"ray_task_id": self._guard.dropped},
+        )
+
+    def _connected_sources(self) -> RaySources | None:
+        if self._sources is not None:
+            return self._sources
+        now = time.monotonic()
+        if now < self._next_discovery:
+            return None
+        try:
+            self._sources = self._discover()
+            log.info("attributing to Ray node %s", self._sources.node.node_id)
+            return self._sources
+        except (RayNotFound, RaySourceError) as error:
+            self._next_discovery = now + self._rediscover_s
+            self.latest = Attribution(sources=(SourceStatus(DISCOVERY, False, str(error)),),
+                                      dropped_labels=self.latest.dropped_labels)
+            return None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:  # attribution must never take the agent down
+                log.exception("attribution refresh failed")
+            self._stop.wait(self.interval_s)

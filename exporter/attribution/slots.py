@@ -1,0 +1,71 @@
+"""Maps Ray's resource slots to the physical devices the agent sees.
+
+The raylet hands out slot indices into its own visible-device list: slot 1 of
+"GPU" on a raylet started with CUDA_VISIBLE_DEVICES=3,1 is physical GPU 1, and
+the worker holding it sees CUDA_VISIBLE_DEVICES=1. Entries may be indices or
+(prefixes of) UUIDs, MIG instances included. With the variable unset, slot i is
+physical device i.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from ..model import Device
+from .model import Grant, Holder
+
+# vendor -> (Ray resource name, raylet environment variables listing its devices, in priority)
+VENDOR_RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "nvidia": ("GPU", ("CUDA_VISIBLE_DEVICES",)),
+    "amd": ("GPU", ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")),
+}
+
+def _match(entry: str, devices: Sequence[Device]) -> Device | None:
+    entry = entry.strip()
+    if entry.isdigit():
+        return next((d for d in devices if not d.parent_uuid and d.index == entry), None)
+    matches = [d for d in devices if d.uuid == entry] or [
+        d for d in devices if d.uuid.startswith(entry)
+    ]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _visible_list(visible: Mapping[str, tuple[str, ...] | None],
+                  variables: tuple[str, ...]) -> tuple[str, ...] | None:
+    for variable in variables:
+        entries = visible.get(variable)
+        if entries is not None:
+            return entries
+    return None
+
+
+def slot_devices(devices: Sequence[Device],
+                 visible: Mapping[str, tuple[str, ...] | None]) -> dict[tuple[str, int], str]:
+    """(Ray resource, slot) -> device uuid, for every vendor with devices here."""
+    mapping: dict[tuple[str, int], str] = {}
+    for vendor, (resource, variables) in VENDOR_RESOURCES.items():
+        vendor_devices = [d for d in devices if d.vendor == vendor]
+        if not vendor_devices:
+            continue
+        entries = _visible_list(visible, variables)
+        if entries is None:
+            physical = [d for d in vendor_devices if not d.parent_uuid]
+            entries = tuple(str(i) for i in range(len(physical)))
+        for slot, entry in enumerate(entries):
+            device = _match(entry, vendor_devices)
+            if device is not None:
+                mapping.setdefault((resource, slot), device.uuid)
+    return mapping
+
+
+def assign_holders(devices: Sequence[Device], visible: Mapping[str, tuple[str, ...] | None],
+                   grants: Iterable[Grant]) -> dict[str, tuple[Holder, ...]]:
+    """Device uuid -> the Ray workers holding it, with the fraction each holds."""
+    mapping = slot_devices(devices, visible)
+    holders: dict[str, list[Holder]] = {}
+    for grant in grants:
+        uuid = mapping.get((grant.resource, grant.slot))
+        if uuid is not None:
+            holders.setdefault(uuid, []).append(Holder(grant.identity, grant.quantity))
+    return {uuid: tuple(sorted(found, key=lambda h: h.identity.pid))
+            for uuid, found in holders.items()}

@@ -1,0 +1,252 @@
+"""Attribution logic without Ray: slot mapping, idle detection, the task-id cap, refreshes.
+
+The Ray side is a scripted stand-in with the shape of the project's RaySources;
+the real one is exercised against a real Ray cluster in test_attribution_ray.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from ray_accel.exporter import catalog as m
+from ray_accel.exporter.attribution.guard import TaskIdGuard
+from ray_accel.exporter.attribution.join import allocations
+from ray_accel.exporter.attribution.model import (
+    Attribution,
+    Grant,
+    Holder,
+    RayIdentity,
+    SourceStatus,
+)
+from ray_accel.exporter.attribution.ray_sources import (
+    LocalRayNode,
+    RayNotFound,
+    RaySourceError,
+    RayWorkerInfo,
+    ResourceGrant,
+    RunningTask,
+)
+from ray_accel.exporter.attribution.refresher import AttributionRefresher
+from ray_accel.exporter.attribution.slots import assign_holders, slot_devices
+from ray_accel.exporter.model import (
+    BackendStatus,
+    Device,
+    DeviceSample,
+    NodeSnapshot,
+    ProcessSample,
+    Reading,
+    labels_of,
+)
+from ray_accel.exporter.sinks.json import snapshot_document
+from ray_accel.exporter.sinks.prometheus import PrometheusRenderer
+
+GPUS = [Device("nvidia", str(i), f"GPU-{i}{i}{i}{i}-aaaa", "H200") for i in range(4)]
+MIG = [Device("nvidia", "0/1/0", "MIG-1111-bbbb", "A100 MIG 3g", parent_uuid="GPU-0000-aaaa"),
+       Device("nvidia", "0/2/0", "MIG-2222-bbbb", "A100 MIG 2g", parent_uuid="GPU-0000-aaaa")]
+
+
+def test_slots_are_physical_indices_when_the_raylet_sees_every_gpu():
+    mapping = slot_devices(GPUS, {"CUDA_VISIBLE_DEVICES": None})
+    assert mapping == {("GPU", i): f"GPU-{i}{i}{i}{i}-aaaa" for i in range(4)}
+
+
+def test_slots_follow_the_raylets_visible_list():
+    mapping = slot_devices(GPUS, {"CUDA_VISIBLE_DEVICES": ("3", "1")})
+    assert mapping == {("GPU", 0): "GPU-3333-aaaa", ("GPU", 1): "GPU-1111-aaaa"}
+
+
+def test_slots_by_uuid_and_uuid_prefix_including_mig():
+    devices = [*GPUS, *MIG]
+    mapping = slot_devices(devices, {"CUDA_VISIBLE_DEVICES": ("MIG-2222-bbbb", "GPU-1111",
+                                                              "GPU-nope")})
+    assert mapping == {("GPU", 0): "MIG-2222-bbbb", ("GPU", 1): "GPU-1111-aaaa"}
+
+
+def test_fractional_holders_share_a_device():
+    a, b = RayIdentity(10, actor_id="a"), RayIdentity(11, actor_id="b")
+    holders = assign_holders(GPUS, {}, [Grant(b, "GPU", 2, 0.5), Grant(a, "GPU", 2, 0.5),
+                                        Grant(a, "CPU", 0, 1.0)])
+    assert holders == {"GPU-2222-aaaa": (Holder(a, 0.5), Holder(b, 0.5))}
+
+
+def _sample(processes=(), util=0.0, up=True):
+    readings = (Reading(m.GPU_UTILIZATION, util, labels_of({"task": "general"})),)
+    return DeviceSample(GPUS[0], up=up, taken_at=0.0, readings=readings if up else (),
+                        processes=tuple(processes))
+
+
+def _proc(pid, sm=None):
+    readings = () if sm is None else (
+        Reading(m.PROCESS_UTILIZATION, sm, labels_of({"engine": "sm"})),)
+    return ProcessSample(pid, readings)
+
+
+@pytest.mark.parametrize(
+    ("processes", "device_util", "idle"),
+    [
+        ((), 0.9, True),                   # holds the GPU, never created a context
+        ((_proc(10, sm=0.0),), 0.9, True),  # context, its engines idle (others busy)
+        ((_proc(10, sm=0.3),), 0.3, False),
+        ((_proc(10),), 0.5, False),        # no per-process figure: device busy counts
+        ((_proc(10),), 0.0, True),
+    ],
+)
+def test_idle_detection(processes, device_util, idle):
+    holders = {GPUS[0].uuid: (Holder(RayIdentity(10), 1.0),)}
+    (found,) = allocations(_sample(processes, device_util), holders)
+    assert found.idle is idle
+
+
+def test_down_device_has_no_allocations():
+    holders = {GPUS[0].uuid: (Holder(RayIdentity(10), 1.0),)}
+    assert allocations(_sample(up=False), holders) == []
+
+
+def test_task_id_guard_caps_per_window_and_counts_drops_once():
+    now = [0.0]
+    guard = TaskIdGuard(cap=2, window_s=60, clock=lambda: now[0])
+    assert [guard.admit(t) for t in ("t1", "t2", "t3", "t3", "t1")] == ["t1", "t2", "", "", "t1"]
+    assert guard.dropped == 1 and guard.admitted == 2
+    now[0] = 61.0  # the window has passed: room again
+    assert guard.admit("t4") == "t4"
+    assert guard.admit("") == ""
+
+
+@dataclass
+class ScriptedRay:
+    """Stands in for RaySources with the same methods and data shapes."""
+
+    workers_result: list = field(default_factory=list)
+    tasks_result: list = field(default_factory=list)
+    raylet_error: str = ""
+    state_error: str = ""
+    node: LocalRayNode = field(default_factory=lambda: LocalRayNode(
+        node_id="ab" * 28, node_ip="127.0.0.1", raylet_address="127.0.0.1:1",
+        gcs_address="127.0.0.1:2", session_dir="/tmp/s", labels={},
+        visible_devices={"CUDA_VISIBLE_DEVICES": ("2", "0")}))
+
+    def workers(self, timeout_s=2.0):
+        if self.raylet_error:
+            raise RaySourceError(self.raylet_error)
+        return self.workers_result
+
+    def running_tasks(self, timeout_s=5.0):
+        if self.state_error:
+            raise RaySourceError(self.state_error)
+        return self.tasks_result
+
+    def close(self):
+        pass
+
+
+def _worker(pid, slot, quantity=1.0, actor=""):
+    return RayWorkerInfo(pid=pid, worker_id=f"w{pid}", job_id="01000000", actor_id=actor,
+                         worker_type="WORKER", grants={"GPU": (ResourceGrant(slot, quantity),)},
+                         actor_class="Trainer" if actor else "", actor_name="")
+
+
+def test_refresher_joins_workers_tasks_and_slots():
+    ray = ScriptedRay([_worker(100, 0, actor="act1"), _worker(200, 1, 0.5)],
+                      [RunningTask("task-a", "Trainer.step", "01000000", "act1", 100)])
+    attribution = AttributionRefresher(lambda: ray).refresh()
+    assert attribution.node_id == "ab" * 28
+    assert [s.up for s in attribution.sources] == [True, True]
+    identity = attribution.identity(100)
+    assert (identity.actor_class, identity.task_id, identity.task_name) == (
+        "Trainer", "task-a", "Trainer.step")
+    holders = assign_holders(GPUS, attribution.visible_devices, attribution.grants)
+    assert [h.identity.pid for h in holders["GPU-2222-aaaa"]] == [100]
+    assert holders["GPU-0000-aaaa"][0].fraction == 0.5
+
+
+def test_refresher_degrades_per_source_and_recovers():
+    ray = ScriptedRay([_worker(100, 0)], [], raylet_error="raylet at 127.0.0.1:1 unreachable")
+    refresher = AttributionRefresher(lambda: ray)
+    down = refresher.refresh()
+    assert down.sources == (SourceStatus("raylet", False, "raylet at 127.0.0.1:1 unreachable"),)
+    assert not down.knows_allocations and down.identities == {}
+    ray.raylet_error, ray.state_error = "", "state API failed"
+    partial = refresher.refresh()
+    assert partial.identity(100).worker_id == "w100" and partial.identity(100).task_id == ""
+    assert [s.up for s in partial.sources] == [True, False]
+    ray.state_error = ""
+    assert all(s.up for s in refresher.refresh().sources)
+
+
+def test_refresher_without_ray_reports_discovery_down_and_retries_later():
+    calls = []
+
+    def discover():
+        calls.append(1)
+        raise RayNotFound("no Ray node found on this host")
+
+    refresher = AttributionRefresher(discover, rediscover_s=3600)
+    first = refresher.refresh()
+    refresher.refresh()
+    assert first.sources == (SourceStatus("discovery", False, "no Ray node found on this host"),)
+    assert len(calls) == 1
+
+
+def _attributed_snapshot() -> NodeSnapshot:
+    busy, idle = RayIdentity(100, job_id="01000000", worker_id="w100", actor_id="act1",
+                             actor_class="Trainer", task_id="t1", task_name="Trainer.step"), \
+        RayIdentity(200, job_id="02000000", worker_id="w200", actor_id="act2",
+                    actor_class="Idler")
+    attribution = Attribution(
+        node_id="ab" * 28, refreshed_at=99.0,
+        sources=(SourceStatus("raylet", True), SourceStatus("state_api", True)),
+        identities={100: busy, 200: idle},
+        grants=(Grant(busy, "GPU", 0, 1.0), Grant(idle, "GPU", 1, 1.0)),
+        dropped_labels={"ray_task_id": 3},
+    )
+    samples = tuple(
+        DeviceSample(d, True, 99.5, readings=(
+            Reading(m.GPU_UTILIZATION, 0.8 if d.index == "0" else 0.0,
+                    labels_of({"task": "general"})),),
+            processes=(ProcessSample(100, (Reading(m.PROCESS_MEMORY_USAGE, 2**30),)),)
+            if d.index == "0" else ())
+        for d in GPUS[:3]
+    )
+    return NodeSnapshot(
+        cycle=3, taken_at=100.0, interval_s=1.0, node_labels={"ray_node_id": "ab" * 28},
+        backends=(BackendStatus("nvidia", "nvidia", True, 3),), devices=samples,
+        attribution=attribution,
+        holders=assign_holders([s.device for s in samples], {}, attribution.grants),
+    )
+
+
+def test_prometheus_series_carry_ray_identity_and_allocation():
+    body, _ = PrometheusRenderer(include_process_metrics=False).render(
+        _attributed_snapshot(), False)
+    samples = [s for f in parse_text(body.decode()) for s in f.samples]
+
+    def find(name):
+        return {s.labels.get("index"): s for s in samples if s.name == name}
+
+    memory = find("ray_accelerator_process_memory_usage_bytes")["0"]
+    assert memory.labels["ray_actor_id"] == "act1" and memory.labels["ray_task_id"] == "t1"
+    assert memory.labels["ray_node_id"] == "ab" * 28
+    allocation = find("ray_accelerator_allocation_ratio")
+    assert allocation["0"].value == 1 and allocation["1"].labels["actor_class"] == "Idler"
+    idle = find("ray_accelerator_allocation_idle")
+    assert (idle["0"].value, idle["1"].value) == (0, 1)
+    allocated = find("ray_accelerator_device_allocated_ratio")
+    assert {k: s.value for k, s in allocated.items()} == {"0": 1, "1": 1, "2": 0}
+    ups = {s.labels["source"]: s.value for s in samples
+           if s.name == "ray_accelerator_attribution_up"}
+    assert ups == {"raylet": 1, "state_api": 1}
+    dropped = [s for s in samples if s.name == "ray_accelerator_attribution_dropped_labels_total"]
+    assert dropped[0].value == 3
+
+
+def test_json_snapshot_lists_holders():
+    doc = snapshot_document(_attributed_snapshot())
+    devices = {d["index"]: d for d in doc["devices"]}
+    assert devices["1"]["holders"][0]["actor_class"] == "Idler"
+    assert devices["1"]["holders"][0]["idle"] is True
+    assert devices["0"]["processes"][0]["ray_task_id"] == "t1"
+    assert devices["2"]["allocated"] == 0
+    assert doc["attribution"]["node_id"] == "ab" * 28
