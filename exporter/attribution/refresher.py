@@ -20,6 +20,7 @@ from .slots import VENDOR_RESOURCES
 log = logging.getLogger(__name__)
 
 Discover = Callable[[], RaySources]
+RAYLET_FAILURES_BEFORE_REDISCOVERY = 3
 ACCELERATOR_RESOURCES = frozenset(resource for resource, _ in VENDOR_RESOURCES.values())
 
 
@@ -35,6 +36,7 @@ class AttributionRefresher:
         self._timeout_s = timeout_s
         self._guard = guard or TaskIdGuard()
         self._sources: RaySources | None = None
+        self._raylet_failures = 0
         self._next_discovery = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -61,9 +63,11 @@ class AttributionRefresher:
         try:
             workers = sources.workers(timeout_s=self._timeout_s)
             statuses.append(SourceStatus(RAYLET, True))
+            self._raylet_failures = 0
         except RaySourceError as error:
             workers = []
             statuses.append(SourceStatus(RAYLET, False, str(error)))
+            self._forget_node_after_failures()
         tasks_by_pid: dict[int, RunningTask] = {}
         # Only workers holding accelerators need task labels; asking the State API
         # (served by the head) only then keeps a large idle cluster off the head.
@@ -75,6 +79,15 @@ class AttributionRefresher:
                 statuses.append(SourceStatus(STATE_API, False, str(error)))
         self.latest = self._build(sources, workers, tasks_by_pid, tuple(statuses))
         return self.latest
+
+    def _forget_node_after_failures(self) -> None:
+        # A raylet that stays away may have been replaced (a restarted node has a
+        # new id): after a few failures, look for the local node again.
+        self._raylet_failures += 1
+        if self._raylet_failures >= RAYLET_FAILURES_BEFORE_REDISCOVERY and self._sources:
+            self._sources.close()
+            self._sources = None
+            self._raylet_failures = 0
 
     def _build(self, sources: RaySources, workers: list[RayWorkerInfo],
                tasks_by_pid: dict[int, RunningTask],

@@ -1,0 +1,584 @@
+"""RaySources against a real local Ray cluster with token authentication on.
+
+The module starts one head node (2 CPUs, 4 GPU slots; its raylet sees
+CUDA_VISIBLE_DEVICES=3,1,0,2) under a Ray temp dir of its own, and a driver
+that holds a 1-GPU actor running a long `Trainer.step`, two 0.5-GPU actors, a
+1-GPU actor in a placement group and a long 1-GPU task. Each of them writes the
+ids it sees from inside (runtime context, pid, `ray.get_gpu_ids()`), which the
+tests compare with what RaySources reads from outside. A second node of the
+same cluster joins on this machine for the multi-node tests.
+
+Teardown stops this module's Ray processes by pid (found by their temp dir
+and GCS address), not with `ray stop`, which would stop every Ray cluster on
+the machine, other test sessions' included, and restores the environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from ray._common.network_utils import find_free_port
+from ray._raylet import AuthenticationTokenLoader
+from ray.core.generated import node_manager_pb2, node_manager_pb2_grpc
+
+from ray_accel.exporter.attribution.ray_sources import (
+    VISIBLE_DEVICE_VARIABLES,
+    RayNotFound,
+    RaySourceError,
+    RaySources,
+    RayWorkerInfo,
+    ResourceGrant,
+    RunningTask,
+)
+
+RAY_CLI = str(Path(sys.executable).with_name("ray"))
+HEAD_CUDA = ("3", "1", "0", "2")
+SECOND_CUDA = (
+    "GPU-5c3e2a55-1d7b-4a8e-9d0f-5e2f6b1a7c10",
+    "MIG-0f6c1c2a-3b4d-5e6f-7a8b-9c0d1e2f3a4b",
+)
+STARTUP_TIMEOUT_S = 120
+
+DRIVER = r"""
+import json, os, sys, time
+
+import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+OUT = sys.argv[2]
+
+
+def identity():
+    ctx = ray.get_runtime_context()
+    return {
+        "pid": os.getpid(), "job_id": ctx.get_job_id(), "worker_id": ctx.get_worker_id(),
+        "actor_id": ctx.get_actor_id() or "", "task_id": ctx.get_task_id(),
+        "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+    }
+
+
+def write(name, data):
+    with open(os.path.join(OUT, name + ".tmp"), "w") as out:
+        json.dump(data, out)
+    os.rename(os.path.join(OUT, name + ".tmp"), os.path.join(OUT, name))
+
+
+@ray.remote(num_gpus=1, num_cpus=0, max_concurrency=2)
+class Trainer:
+    def identity(self):
+        return identity()
+
+    def step(self):
+        write("step.json", identity())
+        time.sleep(3600)
+
+
+@ray.remote(num_gpus=0.5, num_cpus=0)
+class Half:
+    def identity(self):
+        return identity()
+
+
+@ray.remote(num_gpus=1, num_cpus=0)
+class InGroup:
+    def identity(self):
+        return identity()
+
+
+@ray.remote(num_gpus=1, num_cpus=0)
+def long_task():
+    write("task.json", identity())
+    time.sleep(3600)
+
+
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+trainer = Trainer.options(name="trainer-1").remote()
+halves = [Half.options(name=f"half-{i}").remote() for i in range(2)]
+group = placement_group([{"GPU": 1}])
+ray.get(group.ready(), timeout=60)
+in_group = InGroup.options(
+    scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)
+).remote()
+reports = {
+    "trainer": ray.get(trainer.identity.remote(), timeout=120),
+    "halves": ray.get([h.identity.remote() for h in halves], timeout=120),
+    "in_group": ray.get(in_group.identity.remote(), timeout=120),
+    "driver": identity(),
+}
+step = trainer.step.remote()
+task = long_task.remote()
+write("reports.json", reports)
+sys.stdin.read()  # stay alive, holding everything, until the test closes stdin
+"""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    root: Path
+    env: dict[str, str]
+    gcs_address: str
+
+    @property
+    def address_file(self) -> Path:
+        return self.root / "ray" / "ray_current_cluster"
+
+
+@dataclass(frozen=True)
+class Workload:
+    reports: dict
+    step: dict
+    task: dict
+
+    @property
+    def gpu_holders(self) -> list[dict]:
+        """The identities of every worker holding GPU slots."""
+        return [
+            self.reports["trainer"],
+            *self.reports["halves"],
+            self.reports["in_group"],
+            self.task,
+        ]
+
+
+# ------------------------------------------------------------------ processes
+
+
+def _processes() -> dict[int, tuple[list[str], int, str]]:
+    """pid -> (command line, parent pid, state) of every readable process."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            stat = Path(f"/proc/{entry}/stat").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        found[int(entry)] = (cmdline.split("\0")[:-1], int(fields[1]), fields[0])
+    return found
+
+
+def _cluster_pids(marks: list[str]) -> set[int]:
+    """Live processes whose command line carries one of `marks`, and their descendants."""
+    processes = {p: v for p, v in _processes().items() if v[2] != "Z" and p != os.getpid()}
+    pids = {
+        p for p, (cmd, _, _) in processes.items() if any(m in " ".join(cmd) + " " for m in marks)
+    }
+    grew = True
+    while grew:
+        children = {p for p, (_, ppid, _) in processes.items() if ppid in pids} - pids
+        pids |= children
+        grew = bool(children)
+    return pids
+
+
+def _stop_cluster(marks: list[str]) -> None:
+    """Stop this module's Ray processes by pid; a raylet may start workers meanwhile."""
+    for attempt in range(6):
+        pids = _cluster_pids(marks)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM if attempt == 0 else signal.SIGKILL)
+        time.sleep(2 if attempt == 0 else 0.5)
+
+
+def _pid_of(*needles: str) -> int:
+    """The one live process whose command line holds every needle."""
+    for pid, (cmdline, _, state) in _processes().items():
+        joined = " ".join(cmdline)
+        if state != "Z" and all(needle in joined for needle in needles):
+            return pid
+    raise AssertionError(f"no process with {needles}")
+
+
+@contextlib.contextmanager
+def _stopped(pid: int) -> Iterator[None]:
+    """Freeze a process (SIGSTOP) for the block: it holds its sockets but answers nothing."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _ray_start(env: dict[str, str], *args: str) -> None:
+    result = subprocess.run(
+        [RAY_CLI, "start", "--disable-usage-stats", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_TIMEOUT_S,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"ray start {args} failed:\n{result.stdout}\n{result.stderr}")
+
+
+def _wait_for_files(paths: list[Path], process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not all(p.exists() for p in paths):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"driver did not report:\n{log.read_text()[-4000:]}")
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    # A short root: Ray's unix socket paths live under it.
+    root = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
+    token = root / "token"
+    token.write_text(uuid.uuid4().hex)
+    token.chmod(0o600)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
+    }
+    env.update(RAY_TMPDIR=str(root), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    gcs_port = find_free_port()
+    # The temp dir, or the GCS port (the Ray Client server carries only that).
+    marks = [str(root), f":{gcs_port} "]
+    patch = pytest.MonkeyPatch()
+    auth_mode = os.environ.get("RAY_AUTH_MODE")  # RaySources.discover() sets it
+    try:
+        _ray_start(
+            env | {"CUDA_VISIBLE_DEVICES": ",".join(HEAD_CUDA), "RAY_NODE_ZONE": "test-zone-a"},
+            "--head",
+            f"--port={gcs_port}",
+            "--num-cpus=2",
+            "--num-gpus=4",
+            "--include-dashboard=true",
+            f"--dashboard-port={find_free_port()}",
+            f"--ray-client-server-port={find_free_port()}",
+            f"--dashboard-agent-listen-port={find_free_port()}",
+            "--labels=role=head,team=ray-accel",
+        )
+        gcs_address = (root / "ray" / "ray_current_cluster").read_text().strip()
+        # This process reaches the cluster as the agent would: same token file,
+        # RAY_AUTH_MODE left for RaySources to turn on.
+        patch.setenv("RAY_TMPDIR", str(root))
+        patch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+        for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_MODE"):
+            patch.delenv(name, raising=False)
+        AuthenticationTokenLoader.instance().reset_cache()
+        yield Cluster(root, env, gcs_address)
+    finally:
+        _stop_cluster(marks)
+        patch.undo()
+        os.environ.pop("RAY_AUTH_MODE", None)
+        if auth_mode is not None:
+            os.environ["RAY_AUTH_MODE"] = auth_mode
+        AuthenticationTokenLoader.instance().reset_cache()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def workload(cluster: Cluster) -> Iterator[Workload]:
+    out = cluster.root / "out"
+    out.mkdir()
+    script = cluster.root / "driver.py"
+    script.write_text(DRIVER)
+    log = cluster.root / "driver.log"
+    with open(log, "w") as log_file:
+        driver = subprocess.Popen(
+            [sys.executable, str(script), cluster.gcs_address, str(out)],
+            env=cluster.env,
+            stdin=subprocess.PIPE,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        names = ("reports.json", "step.json", "task.json")
+        _wait_for_files([out / n for n in names], driver, log)
+        reports, step, task = (json.loads((out / n).read_text()) for n in names)
+        yield Workload(reports, step, task)
+    finally:
+        driver.stdin.close()
+        try:
+            driver.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            driver.wait()
+
+
+@pytest.fixture(scope="module")
+def sources(cluster: Cluster, workload: Workload) -> Iterator[RaySources]:
+    with RaySources.discover(cluster.gcs_address) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def second_node(cluster: Cluster, workload: Workload) -> str:
+    """A second node of the cluster on this machine, started once everything is placed."""
+    before = {_node_id_of(cmd) for cmd, _, _ in _processes().values() if _is_raylet(cmd)}
+    _ray_start(
+        cluster.env | {"CUDA_VISIBLE_DEVICES": ",".join(SECOND_CUDA)},
+        f"--address={cluster.gcs_address}",
+        "--num-cpus=0",
+        "--num-gpus=2",
+        f"--dashboard-agent-listen-port={find_free_port()}",
+        "--labels=role=second",
+    )
+    started = {
+        _node_id_of(cmd)
+        for cmd, _, _ in _processes().values()
+        if _is_raylet(cmd) and f"--gcs-address={cluster.gcs_address}" in cmd
+    }
+    (node_id,) = started - before
+    return node_id
+
+
+def _is_raylet(cmdline: list[str]) -> bool:
+    return bool(cmdline) and cmdline[0].endswith("/raylet")
+
+
+def _node_id_of(cmdline: list[str]) -> str:
+    return next((a.partition("=")[2] for a in cmdline if a.startswith("--node_id=")), "")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _by_pid(workers: list[RayWorkerInfo]) -> dict[int, RayWorkerInfo]:
+    return {w.pid: w for w in workers}
+
+
+def _devices(grants: tuple[ResourceGrant, ...], visible: tuple[str, ...]) -> list[str]:
+    """The raylet's device entries behind GPU slots, as Ray maps them for the worker."""
+    return [visible[grant.slot] for grant in grants]
+
+
+def _wait_for_tasks(sources: RaySources, task_ids: set[str]) -> dict[str, RunningTask]:
+    # Workers report task state changes to the GCS about once a second.
+    deadline = time.monotonic() + 30
+    while True:
+        running = {t.task_id: t for t in sources.running_tasks()}
+        if task_ids <= running.keys() or time.monotonic() > deadline:
+            return running
+        time.sleep(0.5)
+
+
+# ------------------------------------------------------------------------ tests
+
+
+def test_discover_without_ray_raises_ray_not_found(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(RayNotFound, match="no Ray node runs on this host"):
+        RaySources.discover(timeout_s=2)
+
+    # An address left behind by a stopped cluster is not a running node either.
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:1")
+    with pytest.raises(RayNotFound, match="no raylet of that cluster"):
+        RaySources.discover(timeout_s=2)
+
+
+def test_discover_finds_the_head_node(cluster: Cluster, workload: Workload):
+    node_id = workload.reports["trainer"]["node_id"]
+    with RaySources.discover() as found:
+        node = found.node
+    assert node.node_id == node_id
+    assert node.gcs_address == cluster.gcs_address
+    assert node.node_ip == cluster.gcs_address.rpartition(":")[0]
+    assert node.raylet_address.startswith(node.node_ip + ":")
+    assert node.raylet_address != cluster.gcs_address
+    assert Path(node.session_dir).is_dir()
+    assert Path(node.session_dir).parent == cluster.root / "ray"
+    assert node.labels["role"] == "head"
+    assert node.labels["team"] == "ray-accel"
+    assert node.labels["ray.io/node-id"] == node_id
+    assert node.labels["ray.io/availability-zone"] == "test-zone-a"
+    assert dict(node.visible_devices) == {
+        name: HEAD_CUDA if name == "CUDA_VISIBLE_DEVICES" else None
+        for name in VISIBLE_DEVICE_VARIABLES
+    }
+
+
+def test_discover_by_address_env_and_raylet_scan(cluster: Cluster, workload, monkeypatch):
+    node_id = workload.reports["trainer"]["node_id"]
+    with RaySources.discover(cluster.gcs_address) as found:
+        assert found.node.node_id == node_id
+
+    # RAY_ADDRESS wins when no address is given, whatever the temp dir says.
+    monkeypatch.setenv("RAY_ADDRESS", cluster.gcs_address)
+    monkeypatch.setenv("RAY_TMPDIR", tempfile.gettempdir() + "/no-ray-here")
+    with RaySources.discover() as found:
+        assert found.node.node_id == node_id
+    monkeypatch.delenv("RAY_ADDRESS")
+    monkeypatch.setenv("RAY_TMPDIR", str(cluster.root))
+
+    # Without the recorded address (clusters made by ray.init() write none), the
+    # raylets using this Ray temp dir name the cluster.
+    hidden = cluster.address_file.with_name("hidden")
+    cluster.address_file.rename(hidden)
+    try:
+        with RaySources.discover() as found:
+            assert found.node.node_id == node_id
+    finally:
+        hidden.rename(cluster.address_file)
+
+
+def test_cluster_enforces_token_auth(sources: RaySources):
+    # Guards the other tests' premise: without Ray's token the raylet says no.
+    with grpc.insecure_channel(sources.node.raylet_address) as channel:
+        stub = node_manager_pb2_grpc.NodeManagerServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.GetNodeStats(node_manager_pb2.GetNodeStatsRequest(), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_workers_carry_the_ids_seen_inside(sources: RaySources, workload: Workload):
+    workers = _by_pid(sources.workers())
+    for inside in [*workload.gpu_holders, workload.reports["driver"]]:
+        worker = workers[inside["pid"]]
+        assert worker.worker_id == inside["worker_id"]
+        assert worker.job_id == inside["job_id"]
+        assert worker.actor_id == inside["actor_id"]
+    assert workers[workload.reports["driver"]["pid"]].worker_type == "DRIVER"
+    assert workers[workload.task["pid"]].worker_type == "WORKER"
+    assert workers[workload.task["pid"]].actor_id == ""
+
+
+def test_gpu_slots_map_to_the_devices_workers_see(sources: RaySources, workload: Workload):
+    workers = _by_pid(sources.workers())
+    visible = sources.node.visible_devices["CUDA_VISIBLE_DEVICES"]
+    for inside in workload.gpu_holders:
+        grants = workers[inside["pid"]].grants["GPU"]
+        assert _devices(grants, visible) == inside["gpu_ids"], inside
+    wholes = [workload.reports["trainer"], workload.reports["in_group"], workload.task]
+    whole_grants = [workers[inside["pid"]].grants["GPU"] for inside in wholes]
+    assert all([g.quantity for g in grants] == [1.0] for grants in whole_grants)
+    halves = [workers[inside["pid"]].grants["GPU"] for inside in workload.reports["halves"]]
+    assert halves[0] == halves[1]
+    assert [g.quantity for g in halves[0]] == [0.5]
+    # Four holders of whole slots, four distinct slots: every entry of the
+    # permuted list is exercised, most of them with slot != device index.
+    slots = {grants[0].slot for grants in [*whole_grants, halves[0]]}
+    assert slots == {0, 1, 2, 3}
+
+
+def test_placement_group_grants_fold_into_the_base_resource(
+    sources: RaySources, workload: Workload
+):
+    in_group = _by_pid(sources.workers())[workload.reports["in_group"]["pid"]]
+    # Raw stats hold GPU_group_<pg>, GPU_group_0_<pg> and bundle_group_* entries.
+    assert dict(in_group.grants) == {"GPU": in_group.grants["GPU"]}
+    assert len(in_group.grants["GPU"]) == 1
+
+
+def test_actor_class_and_name(sources: RaySources, workload: Workload):
+    workers = _by_pid(sources.workers())
+    expected = {
+        workload.reports["trainer"]["pid"]: ("Trainer", "trainer-1"),
+        workload.reports["halves"][0]["pid"]: ("Half", "half-0"),
+        workload.reports["halves"][1]["pid"]: ("Half", "half-1"),
+        workload.reports["in_group"]["pid"]: ("InGroup", ""),
+        workload.task["pid"]: ("", ""),
+    }
+    for pid, names in expected.items():
+        assert (workers[pid].actor_class, workers[pid].actor_name) == names
+
+
+def test_running_tasks_name_their_pids(sources: RaySources, workload: Workload):
+    step, task = workload.step, workload.task
+    running = _wait_for_tasks(sources, {step["task_id"], task["task_id"]})
+    assert running[step["task_id"]] == RunningTask(
+        task_id=step["task_id"],
+        name="Trainer.step",
+        job_id=step["job_id"],
+        actor_id=step["actor_id"],
+        pid=step["pid"],
+    )
+    assert running[task["task_id"]] == RunningTask(
+        task_id=task["task_id"],
+        name="long_task",
+        job_id=task["job_id"],
+        actor_id="",
+        pid=task["pid"],
+    )
+    # Only RUNNING tasks: the finished identity() calls are not listed.
+    assert all(t.pid in {step["pid"], task["pid"]} for t in running.values())
+
+
+def test_unreachable_address_fails_fast(cluster: Cluster):
+    closed = f"{cluster.gcs_address.rpartition(':')[0]}:{find_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(RaySourceError, match=r"GCS .* unreachable"):
+        RaySources.discover(closed, timeout_s=3)
+    # A hang guard, not a speed target: a refused connection must not wait out retries.
+    assert time.monotonic() - started < 3
+
+
+def test_frozen_raylet_times_out_then_recovers(sources: RaySources, workload: Workload):
+    raylet = _pid_of("/raylet ", f"--node_id={sources.node.node_id}")
+    with _stopped(raylet), pytest.raises(RaySourceError, match=r"raylet .* no answer within"):
+        sources.workers(timeout_s=1)
+    assert workload.reports["trainer"]["pid"] in _by_pid(sources.workers(timeout_s=5))
+
+
+def test_frozen_gcs_times_out_then_recovers(cluster: Cluster, sources: RaySources, workload):
+    gcs = _pid_of("/gcs_server ", str(cluster.root))
+    trainer_pid = workload.reports["trainer"]["pid"]
+    with RaySources.discover(cluster.gcs_address) as fresh:
+        with _stopped(gcs):
+            with pytest.raises(RaySourceError, match=r"GCS .* no answer within"):
+                RaySources.discover(cluster.gcs_address, timeout_s=1)
+            # Slots still come from the raylet; names wait for the GCS.
+            without_names = _by_pid(fresh.workers(timeout_s=1))[trainer_pid]
+        assert without_names.grants["GPU"]
+        assert without_names.actor_class == ""
+        assert _by_pid(fresh.workers(timeout_s=5))[trainer_pid].actor_class == "Trainer"
+
+
+def test_frozen_dashboard_times_out_then_recovers(cluster: Cluster, sources, workload):
+    dashboard = _pid_of("dashboard/dashboard.py", str(cluster.root))
+    with _stopped(dashboard), pytest.raises(RaySourceError, match="State API"):
+        sources.running_tasks(timeout_s=1)
+    running = _wait_for_tasks(sources, {workload.task["task_id"]})
+    assert running[workload.task["task_id"]].pid == workload.task["pid"]
+
+
+def test_second_node_on_the_same_host(cluster: Cluster, workload, second_node: str):
+    head_id = workload.reports["trainer"]["node_id"]
+    with RaySources.discover(node_id=second_node) as second:
+        assert second.node.node_id == second_node
+        assert second.node.labels["role"] == "second"
+        assert second.node.visible_devices["CUDA_VISIBLE_DEVICES"] == SECOND_CUDA
+        second_workers = second.workers()
+    with RaySources.discover(cluster.gcs_address) as default:
+        # Several nodes of the cluster here and none named: the head, as Ray picks.
+        assert default.node.node_id == head_id
+        assert default.node.raylet_address != second.node.raylet_address
+    gpu_pids = {w["pid"] for w in workload.gpu_holders}
+    assert gpu_pids.isdisjoint(w.pid for w in second_workers)
+    assert not any(w.grants for w in second_workers)
+    with pytest.raises(RayNotFound, match="not an alive node"):
+        RaySources.discover(cluster.gcs_address, node_id="ab" * 28)
+
+
+def test_closed_sources_refuse_calls(cluster: Cluster, workload):
+    found = RaySources.discover(cluster.gcs_address)
+    found.close()
+    with pytest.raises(RaySourceError, match="closed"):
+        found.workers()
+    with pytest.raises(RaySourceError, match="closed"):
+        found.running_tasks()
