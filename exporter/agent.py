@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from collections.abc import Sequence
@@ -30,6 +31,13 @@ def agent_version() -> str:
         return version("ray-accel")
     except PackageNotFoundError:
         return "unknown"
+
+
+def simulated_environment() -> bool:
+    """True when this process inherited simulated hardware (e.g. from a raylet started on it)."""
+    from .simulate import STATE_ENV
+
+    return bool(os.environ.get(STATE_ENV))
 
 
 @dataclass
@@ -64,8 +72,9 @@ class Agent:
 
             self.simulation = SimulatedHardware.start(config.simulate)
             self.simulation.activate()
-            node_labels["simulated"] = "true"
             facts["scenario"] = self.simulation.scenario_name
+        if config.simulate or simulated_environment():
+            node_labels["simulated"] = "true"
         self.store = SnapshotStore()
         self.attribution = self._attribution_refresher(config)
         self.sampler = Sampler(
