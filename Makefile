@@ -24,7 +24,7 @@ system-deps:
 	./tools/system-deps.sh
 
 demo: env system-deps
-	$(VENV)/bin/ray-accel agent --simulate $(DEMO_SCENARIO) --port $(DEMO_PORT)
+	$(VENV)/bin/ray-accel demo --scenario $(DEMO_SCENARIO) --port $(DEMO_PORT)
 
 lint: env
 	$(VENV)/bin/ruff check .

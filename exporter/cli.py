@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
                           f"{DEFAULT_TASK_ID_CAP}); beyond it the label is left empty")
     agent.set_defaults(run=_run_agent)
 
+    demo = commands.add_parser(
+        "demo", help="run a Ray cluster and a workload on simulated GPUs, with the agent")
+    demo.add_argument("--scenario", default="hgx-h200",
+                      help="simulated hardware: a shipped scenario name or a JSON file")
+    demo.add_argument("--port", type=_bounded_number(int, 0, 65535, "--port"),
+                      default=DEFAULT_PORT, help=f"agent port (default {DEFAULT_PORT})")
+    demo.set_defaults(run=_run_demo)
+
     scenarios = commands.add_parser("scenarios",
                                     help="list the shipped simulated-hardware scenarios")
     scenarios.set_defaults(run=_list_scenarios)
@@ -126,6 +134,17 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         print(f"ray-accel: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .demo.run import run
+    from .simulate import ScenarioError, load_scenario
+
+    try:
+        load_scenario(args.scenario)
+    except ScenarioError as error:
+        parser.error(f"--scenario: {error}")
+    return run(args.scenario, args.port)
 
 
 def _list_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -41,6 +41,7 @@ H200 = {
     "ecc_uncorrected": 1,
     "remapped_rows": {"correctable": 2, "uncorrectable": 1, "pending": True, "failure": False},
     "pcie_replay": 5,
+    "processes": [],
 }
 
 

@@ -18,13 +18,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +30,6 @@ from pathlib import Path
 import grpc
 import pytest
 from ray._common.network_utils import find_free_port
-from ray._raylet import AuthenticationTokenLoader
 from ray.core.generated import node_manager_pb2, node_manager_pb2_grpc
 
 from ray_accel.exporter.attribution.ray_sources import (
@@ -44,8 +41,11 @@ from ray_accel.exporter.attribution.ray_sources import (
     ResourceGrant,
     RunningTask,
 )
+from ray_accel.exporter.demo.local_cluster import (
+    LocalRayCluster,
+    pid_of,
+)
 
-RAY_CLI = str(Path(sys.executable).with_name("ray"))
 HEAD_CUDA = ("3", "1", "0", "2")
 SECOND_CUDA = (
     "GPU-5c3e2a55-1d7b-4a8e-9d0f-5e2f6b1a7c10",
@@ -132,6 +132,7 @@ class Cluster:
     root: Path
     env: dict[str, str]
     gcs_address: str
+    local: LocalRayCluster
 
     @property
     def address_file(self) -> Path:
@@ -158,57 +159,6 @@ class Workload:
 # ------------------------------------------------------------------ processes
 
 
-def _processes() -> dict[int, tuple[list[str], int, str]]:
-    """pid -> (command line, parent pid, state) of every readable process."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-            stat = Path(f"/proc/{entry}/stat").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
-        found[int(entry)] = (cmdline.split("\0")[:-1], int(fields[1]), fields[0])
-    return found
-
-
-def _cluster_pids(marks: list[str]) -> set[int]:
-    """Live processes whose command line carries one of `marks`, and their descendants."""
-    processes = {p: v for p, v in _processes().items() if v[2] != "Z" and p != os.getpid()}
-    pids = {
-        p for p, (cmd, _, _) in processes.items() if any(m in " ".join(cmd) + " " for m in marks)
-    }
-    grew = True
-    while grew:
-        children = {p for p, (_, ppid, _) in processes.items() if ppid in pids} - pids
-        pids |= children
-        grew = bool(children)
-    return pids
-
-
-def _stop_cluster(marks: list[str]) -> None:
-    """Stop this module's Ray processes by pid; a raylet may start workers meanwhile."""
-    for attempt in range(6):
-        pids = _cluster_pids(marks)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM if attempt == 0 else signal.SIGKILL)
-        time.sleep(2 if attempt == 0 else 0.5)
-
-
-def _pid_of(*needles: str) -> int:
-    """The one live process whose command line holds every needle."""
-    for pid, (cmdline, _, state) in _processes().items():
-        joined = " ".join(cmdline)
-        if state != "Z" and all(needle in joined for needle in needles):
-            return pid
-    raise AssertionError(f"no process with {needles}")
-
-
 @contextlib.contextmanager
 def _stopped(pid: int) -> Iterator[None]:
     """Freeze a process (SIGSTOP) for the block: it holds its sockets but answers nothing."""
@@ -217,18 +167,6 @@ def _stopped(pid: int) -> Iterator[None]:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
-
-
-def _ray_start(env: dict[str, str], *args: str) -> None:
-    result = subprocess.run(
-        [RAY_CLI, "start", "--disable-usage-stats", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=STARTUP_TIMEOUT_S,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"ray start {args} failed:\n{result.stdout}\n{result.stderr}")
 
 
 def _wait_for_files(paths: list[Path], process: subprocess.Popen, log: Path) -> None:
@@ -244,50 +182,15 @@ def _wait_for_files(paths: list[Path], process: subprocess.Popen, log: Path) -> 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    # A short root: Ray's unix socket paths live under it.
-    root = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
-    token = root / "token"
-    token.write_text(uuid.uuid4().hex)
-    token.chmod(0o600)
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
-    }
-    env.update(RAY_TMPDIR=str(root), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
-    gcs_port = find_free_port()
-    # The temp dir, or the GCS port (the Ray Client server carries only that).
-    marks = [str(root), f":{gcs_port} "]
-    patch = pytest.MonkeyPatch()
-    auth_mode = os.environ.get("RAY_AUTH_MODE")  # RaySources.discover() sets it
+    local = LocalRayCluster(prefix="rs-")
     try:
-        _ray_start(
-            env | {"CUDA_VISIBLE_DEVICES": ",".join(HEAD_CUDA), "RAY_NODE_ZONE": "test-zone-a"},
-            "--head",
-            f"--port={gcs_port}",
-            "--num-cpus=2",
-            "--num-gpus=4",
-            "--include-dashboard=true",
-            f"--dashboard-port={find_free_port()}",
-            f"--ray-client-server-port={find_free_port()}",
-            f"--dashboard-agent-listen-port={find_free_port()}",
-            "--labels=role=head,team=ray-accel",
+        local.start_head(
+            {"CUDA_VISIBLE_DEVICES": ",".join(HEAD_CUDA), "RAY_NODE_ZONE": "test-zone-a"},
+            "--num-cpus=2", "--num-gpus=4", "--labels=role=head,team=ray-accel",
         )
-        gcs_address = (root / "ray" / "ray_current_cluster").read_text().strip()
-        # This process reaches the cluster as the agent would: same token file,
-        # RAY_AUTH_MODE left for RaySources to turn on.
-        patch.setenv("RAY_TMPDIR", str(root))
-        patch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
-        for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_MODE"):
-            patch.delenv(name, raising=False)
-        AuthenticationTokenLoader.instance().reset_cache()
-        yield Cluster(root, env, gcs_address)
+        yield Cluster(local.root, local.env, local.gcs_address, local)
     finally:
-        _stop_cluster(marks)
-        patch.undo()
-        os.environ.pop("RAY_AUTH_MODE", None)
-        if auth_mode is not None:
-            os.environ["RAY_AUTH_MODE"] = auth_mode
-        AuthenticationTokenLoader.instance().reset_cache()
-        shutil.rmtree(root, ignore_errors=True)
+        local.stop()
 
 
 @pytest.fixture(scope="module")
@@ -328,30 +231,10 @@ def sources(cluster: Cluster, workload: Workload) -> Iterator[RaySources]:
 @pytest.fixture(scope="module")
 def second_node(cluster: Cluster, workload: Workload) -> str:
     """A second node of the cluster on this machine, started once everything is placed."""
-    before = {_node_id_of(cmd) for cmd, _, _ in _processes().values() if _is_raylet(cmd)}
-    _ray_start(
-        cluster.env | {"CUDA_VISIBLE_DEVICES": ",".join(SECOND_CUDA)},
-        f"--address={cluster.gcs_address}",
-        "--num-cpus=0",
-        "--num-gpus=2",
-        f"--dashboard-agent-listen-port={find_free_port()}",
+    return cluster.local.add_node(
+        {"CUDA_VISIBLE_DEVICES": ",".join(SECOND_CUDA)}, "--num-cpus=0", "--num-gpus=2",
         "--labels=role=second",
     )
-    started = {
-        _node_id_of(cmd)
-        for cmd, _, _ in _processes().values()
-        if _is_raylet(cmd) and f"--gcs-address={cluster.gcs_address}" in cmd
-    }
-    (node_id,) = started - before
-    return node_id
-
-
-def _is_raylet(cmdline: list[str]) -> bool:
-    return bool(cmdline) and cmdline[0].endswith("/raylet")
-
-
-def _node_id_of(cmdline: list[str]) -> str:
-    return next((a.partition("=")[2] for a in cmdline if a.startswith("--node_id=")), "")
 
 
 # ---------------------------------------------------------------------- helpers
@@ -529,14 +412,14 @@ def test_unreachable_address_fails_fast(cluster: Cluster):
 
 
 def test_frozen_raylet_times_out_then_recovers(sources: RaySources, workload: Workload):
-    raylet = _pid_of("/raylet ", f"--node_id={sources.node.node_id}")
+    raylet = pid_of("/raylet ", f"--node_id={sources.node.node_id}")
     with _stopped(raylet), pytest.raises(RaySourceError, match=r"raylet .* no answer within"):
         sources.workers(timeout_s=1)
     assert workload.reports["trainer"]["pid"] in _by_pid(sources.workers(timeout_s=5))
 
 
 def test_frozen_gcs_times_out_then_recovers(cluster: Cluster, sources: RaySources, workload):
-    gcs = _pid_of("/gcs_server ", str(cluster.root))
+    gcs = pid_of("/gcs_server ", str(cluster.root))
     trainer_pid = workload.reports["trainer"]["pid"]
     with RaySources.discover(cluster.gcs_address) as fresh:
         with _stopped(gcs):
@@ -550,7 +433,7 @@ def test_frozen_gcs_times_out_then_recovers(cluster: Cluster, sources: RaySource
 
 
 def test_frozen_dashboard_times_out_then_recovers(cluster: Cluster, sources, workload):
-    dashboard = _pid_of("dashboard/dashboard.py", str(cluster.root))
+    dashboard = pid_of("dashboard/dashboard.py", str(cluster.root))
     with _stopped(dashboard), pytest.raises(RaySourceError, match="State API"):
         sources.running_tasks(timeout_s=1)
     running = _wait_for_tasks(sources, {workload.task["task_id"]})

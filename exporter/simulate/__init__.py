@@ -1,0 +1,190 @@
+"""Simulated NVIDIA hardware: a fake ``libnvidia-ml.so.1`` driven by scenario files.
+
+The unmodified ``pynvml`` binding (nvidia-ml-py) and Ray's vendored copy load the
+fake library like the real one. A scenario (see docs/simulation.md) describes the
+GPUs and how their values move over time; `SimulatedHardware` builds the library
+(cached), writes the scenario as a state file and tells processes where to find
+both::
+
+    hw = SimulatedHardware.start("hgx-h200")
+    subprocess.run([...], env={**os.environ, **hw.environ()})  # a child sees 8 H200s
+    hw.activate()                                              # or this process does
+    import pynvml; pynvml.nvmlInit()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ctypes
+import os
+import pathlib
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .build import BuildError, build_library
+from .scenario import ScenarioError, available_scenarios, load_scenario, render_state
+
+__all__ = [
+    "STATE_ENV",
+    "BuildError",
+    "ScenarioError",
+    "SimulatedHardware",
+    "available_scenarios",
+    "load_scenario",
+]
+
+STATE_ENV = "RAY_ACCEL_FAKE_NVML_STATE"
+STATE_FILE_NAME = "fakenvml.state"
+
+
+class SimulatedHardware:
+    """One simulated machine: the built library plus a state file with its scenario.
+
+    Create it with `start`. The scenario can be replaced while processes are
+    using it (`update`, `set_processes`); they see the change within ~20 ms.
+    """
+
+    scenario_name: str
+    library_path: pathlib.Path
+    state_path: pathlib.Path
+
+    def __init__(
+        self,
+        scenario: dict[str, Any],
+        library_path: pathlib.Path,
+        state_path: pathlib.Path,
+        epoch: float,
+        owns_state_dir: bool,
+    ) -> None:
+        """Use `start` instead."""
+        self._scenario = scenario
+        self.scenario_name = scenario["name"]
+        self.library_path = library_path
+        self.state_path = state_path
+        self._epoch = epoch
+        self._owns_state_dir = owns_state_dir
+        self._lock = threading.Lock()
+        self._last_mtime_ns = 0
+
+    @classmethod
+    def start(
+        cls,
+        scenario: str | os.PathLike[str] | Mapping[str, Any],
+        state_dir: os.PathLike[str] | str | None = None,
+    ) -> SimulatedHardware:
+        """Builds (or reuses) the library and writes the scenario's state file.
+
+        Args:
+            scenario: a shipped scenario name ("hgx-h200"), a JSON file path or a dict.
+            state_dir: where to write the state file; a fresh temporary folder if None
+                (removed by `close`).
+
+        Raises:
+            ScenarioError: the scenario is invalid.
+            BuildError: the library could not be compiled.
+        """
+        expanded = load_scenario(scenario)
+        library = build_library()
+        owns = state_dir is None
+        folder = pathlib.Path(tempfile.mkdtemp(prefix="fakenvml-") if owns else state_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        hw = cls(expanded, library, folder / STATE_FILE_NAME, time.time(), owns)
+        hw._write(expanded)
+        return hw
+
+    @property
+    def scenario(self) -> dict[str, Any]:
+        """A copy of the current expanded scenario."""
+        with self._lock:
+            return copy.deepcopy(self._scenario)
+
+    @property
+    def epoch(self) -> float:
+        """Unix time at which the simulation's t was 0."""
+        return self._epoch
+
+    def environ(self) -> dict[str, str]:
+        """Environment variables that make a child process use this hardware."""
+        library_dir = str(self.library_path.parent)
+        current = os.environ.get("LD_LIBRARY_PATH", "")
+        return {
+            "LD_LIBRARY_PATH": f"{library_dir}:{current}" if current else library_dir,
+            STATE_ENV: str(self.state_path),
+        }
+
+    def activate(self) -> None:
+        """Makes this process use the hardware: a later ``nvmlInit`` binds to it.
+
+        Preloads the library globally, so the binding's ``CDLL("libnvidia-ml.so.1")``
+        resolves to it, and points the library at this state file.
+        """
+        os.environ[STATE_ENV] = str(self.state_path)
+        ctypes.CDLL(str(self.library_path), mode=ctypes.RTLD_GLOBAL)
+
+    def update(self, scenario: Mapping[str, Any]) -> None:
+        """Replaces the scenario, keeping the epoch (t continues from where it is).
+
+        The scenario is validated first: on ScenarioError nothing changes.
+        """
+        expanded = load_scenario(scenario)
+        self._write(expanded)
+
+    def set_processes(
+        self, device_index: int, processes: list[dict[str, Any]], *, mig_index: int | None = None
+    ) -> None:
+        """Replaces the process list of one GPU (or one of its MIG devices)."""
+        scenario = self.scenario
+        devices = scenario["devices"]
+        if not 0 <= device_index < len(devices):
+            raise ScenarioError(f"no device {device_index} (there are {len(devices)})")
+        target = devices[device_index]
+        if mig_index is not None:
+            migs = target.get("mig_devices") or []
+            if not 0 <= mig_index < len(migs):
+                raise ScenarioError(
+                    f"devices[{device_index}] has no MIG device {mig_index} (there are {len(migs)})"
+                )
+            target = migs[mig_index]
+        target["processes"] = copy.deepcopy(list(processes))
+        self.update(scenario)
+
+    def elapsed_s(self) -> float:
+        """Seconds since the epoch (wall clock; ignores ``freeze_at_s``)."""
+        return time.time() - self._epoch
+
+    def close(self) -> None:
+        """Removes the state folder if `start` created it; the library then reports no driver."""
+        if self._owns_state_dir:
+            shutil.rmtree(self.state_path.parent, ignore_errors=True)
+
+    def __enter__(self) -> SimulatedHardware:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self, expanded: dict[str, Any]) -> None:
+        """Atomically replaces the state file (temporary file + rename)."""
+        text = render_state(expanded, self._epoch)
+        with self._lock:
+            fd, tmp = tempfile.mkstemp(prefix=".fakenvml-", dir=self.state_path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                # The library notices changes by inode/size/mtime; a recycled inode
+                # of the same size must still differ, so mtimes strictly increase.
+                mtime_ns = max(time.time_ns(), self._last_mtime_ns + 1_000)
+                os.utime(tmp, ns=(mtime_ns, mtime_ns))
+                self._last_mtime_ns = mtime_ns
+                os.replace(tmp, self.state_path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            self._scenario = expanded
+            self.scenario_name = expanded["name"]
