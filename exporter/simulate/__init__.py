@@ -17,13 +17,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import fcntl
+import json
 import os
 import pathlib
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .build import BuildError, build_library
@@ -40,6 +42,10 @@ __all__ = [
 
 STATE_ENV = "RAY_ACCEL_FAKE_NVML_STATE"
 STATE_FILE_NAME = "fakenvml.state"
+# The expanded scenario and its epoch, beside the state file, so that other
+# processes (e.g. Ray workers opening simulated contexts) can change it too.
+SCENARIO_FILE_NAME = "scenario.json"
+LOCK_FILE_NAME = ".lock"
 
 
 class SimulatedHardware:
@@ -97,6 +103,23 @@ class SimulatedHardware:
         hw._write(expanded)
         return hw
 
+    @classmethod
+    def attach(cls, state_path: os.PathLike[str] | str | None = None) -> SimulatedHardware:
+        """The simulated hardware another process started, found by its state file.
+
+        `state_path` defaults to the one named by RAY_ACCEL_FAKE_NVML_STATE, which
+        processes started on simulated hardware inherit.
+
+        Raises:
+            ScenarioError: no simulated hardware is found there.
+        """
+        path = pathlib.Path(state_path or os.environ.get(STATE_ENV, ""))
+        saved = path.parent / SCENARIO_FILE_NAME
+        if not str(path) or not saved.is_file():
+            raise ScenarioError(f"no simulated hardware at {str(path)!r} (set {STATE_ENV})")
+        document = json.loads(saved.read_text(encoding="utf-8"))
+        return cls(document["scenario"], build_library(), path, document["epoch"], False)
+
     @property
     def scenario(self) -> dict[str, Any]:
         """A copy of the current expanded scenario."""
@@ -132,7 +155,19 @@ class SimulatedHardware:
         The scenario is validated first: on ScenarioError nothing changes.
         """
         expanded = load_scenario(scenario)
-        self._write(expanded)
+        with self._locked():
+            self._write(expanded)
+
+    def modify(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """Applies `change` to the current scenario, as saved by whichever process wrote last.
+
+        Safe against other processes modifying the same hardware at the same
+        time. The result is validated first: on ScenarioError nothing changes.
+        """
+        with self._locked():
+            current = self._saved_scenario()
+            change(current)
+            self._write(load_scenario(current))
 
     def set_processes(
         self, device_index: int, processes: list[dict[str, Any]], *, mig_index: int | None = None
@@ -153,6 +188,22 @@ class SimulatedHardware:
         target["processes"] = copy.deepcopy(list(processes))
         self.update(scenario)
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Holds this hardware's lock, shared by every process that writes its state."""
+        with open(self.state_path.parent / LOCK_FILE_NAME, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _saved_scenario(self) -> dict[str, Any]:
+        saved = self.state_path.parent / SCENARIO_FILE_NAME
+        if saved.is_file():
+            return json.loads(saved.read_text(encoding="utf-8"))["scenario"]
+        return self.scenario
+
     def elapsed_s(self) -> float:
         """Seconds since the epoch (wall clock; ignores ``freeze_at_s``)."""
         return time.time() - self._epoch
@@ -169,22 +220,32 @@ class SimulatedHardware:
         self.close()
 
     def _write(self, expanded: dict[str, Any]) -> None:
-        """Atomically replaces the state file (temporary file + rename)."""
-        text = render_state(expanded, self._epoch)
+        """Atomically replaces the state file and the saved scenario (temporary file + rename)."""
+        saved = json.dumps({"epoch": self._epoch, "scenario": expanded})
         with self._lock:
-            fd, tmp = tempfile.mkstemp(prefix=".fakenvml-", dir=self.state_path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(text)
-                # The library notices changes by inode/size/mtime; a recycled inode
-                # of the same size must still differ, so mtimes strictly increase.
-                mtime_ns = max(time.time_ns(), self._last_mtime_ns + 1_000)
-                os.utime(tmp, ns=(mtime_ns, mtime_ns))
-                self._last_mtime_ns = mtime_ns
-                os.replace(tmp, self.state_path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            _replace(self.state_path.parent / SCENARIO_FILE_NAME, saved)
+            # The library notices changes by inode/size/mtime; a recycled inode
+            # of the same size must still differ, so mtimes strictly increase,
+            # also across the processes that write this state.
+            with contextlib.suppress(FileNotFoundError):
+                self._last_mtime_ns = max(self._last_mtime_ns, self.state_path.stat().st_mtime_ns)
+            mtime_ns = max(time.time_ns(), self._last_mtime_ns + 1_000)
+            _replace(self.state_path, render_state(expanded, self._epoch), mtime_ns)
+            self._last_mtime_ns = mtime_ns
             self._scenario = expanded
             self.scenario_name = expanded["name"]
+
+
+def _replace(path: pathlib.Path, text: str, mtime_ns: int | None = None) -> None:
+    """Writes `text` to `path` atomically (temporary file + rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=".fakenvml-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if mtime_ns is not None:
+            os.utime(tmp, ns=(mtime_ns, mtime_ns))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -455,9 +455,11 @@ def _check_processes(value: Any, path: str) -> None:
                 "encoder_percent",
                 "decoder_percent",
                 "type",
+                "while_alive",
             ),
             required=("pid",),
         )
+        _boolean(proc.get("while_alive", False), f"{where}.while_alive")
         _integer(proc["pid"], f"{where}.pid", lo=1, hi=2**32 - 1)
         _integer(proc.get("used_memory_bytes", 0), f"{where}.used_memory_bytes", lo=0)
         for key in ("sm_percent", "memory_percent", "encoder_percent", "decoder_percent"):
@@ -661,6 +663,7 @@ _DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "clocks_event_reasons": _signal_check(0, 2**53, whole=True),
     "performance_state": _signal_check(0, 15, whole=True),
     "ecc_mode": _boolean,
+    "load_from_processes": _boolean,
     "ecc_corrected": check_counter,
     "ecc_uncorrected": check_counter,
     "remapped_rows": _check_remapped_rows,
@@ -998,6 +1001,7 @@ _SCALARS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "clocks_event_reasons": ("clocks_event_reasons", _signal_text),
     "performance_state": ("performance_state", _signal_text),
     "ecc_mode": ("ecc_mode", lambda v: "1" if v else "0"),
+    "load_from_processes": ("load_from_processes", lambda v: "1" if v else "0"),
     "ecc_corrected": ("ecc_corrected", _counter_text),
     "ecc_uncorrected": ("ecc_uncorrected", _counter_text),
     "pcie_replay": ("pcie_replay", _counter_text),
@@ -1023,7 +1027,8 @@ def _process_lines(processes: Sequence[Mapping[str, Any]]) -> list[str]:
             p.get("encoder_percent", 0),
             p.get("decoder_percent", 0),
         )
-        lines.append("process " + " ".join(_num(v) for v in values))
+        flags = " live" if p.get("while_alive") else ""
+        lines.append("process " + " ".join(_num(v) for v in values) + flags)
     return lines
 
 

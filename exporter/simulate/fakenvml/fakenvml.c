@@ -41,7 +41,8 @@
  *   counter keys:  <start> <signal>   value = floor(start + integral of the signal)
  * A key that is not given makes the NVML functions reading it answer
  * NVML_ERROR_NOT_SUPPORTED. Lists are announced by a count line, then items:
- *   processes <n>   process <pid> <1 compute|2 graphics|3 both> <used bytes> <sm%> <mem%> <enc%> <dec%>
+ *   processes <n>   process <pid> <1 compute|2 graphics|3 both> <used bytes> <sm%> <mem%> <enc%> <dec%> [live]
+ *                   ("live": listed only while a process with that pid exists)
  *   xid_events <n>  xid <at_s> <xid>
  *   nvlinks <n>     nvlink <active 0|1> <version> <remote device type> <remote pci bus id>
  *   fields <n>      field <id> <scope> <nvml value type> s <signal>
@@ -63,6 +64,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,6 +72,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <time.h>
 
 #define NVML_API __attribute__((visibility("default")))
@@ -200,7 +203,13 @@ typedef struct {
     unsigned int types;
     double used_bytes;
     unsigned int sm, mem, enc, dec;
+    int live; /* shown only while the pid exists: a simulated context of a real process */
 } proc_t;
+
+static int proc_visible(const proc_t *p)
+{
+    return !p->live || kill((pid_t)p->pid, 0) == 0 || errno == EPERM;
+}
 
 typedef struct {
     double at_s;
@@ -236,6 +245,7 @@ typedef struct fake_dev {
     num_t max_clock[NVML_CLOCK_COUNT];
     signal_t clocks_event_reasons, pstate;
     num_t ecc_mode;
+    num_t load_from_processes; /* add the processes' memory and engine use to the device's */
     counter_t ecc[2]; /* corrected, uncorrected */
     num_t remapped[4]; /* correctable, uncorrectable, pending, failure */
     num_t retired[2];  /* multiple single bit, double bit */
@@ -312,6 +322,7 @@ static const key_spec DEVICE_KEYS[] = {
     KEY("memory_total_bytes", KT_NUM, memory_total),
     KEY("memory_reserved_bytes", KT_NUM, memory_reserved),
     KEY("memory_used_bytes", KT_SIG, memory_used),
+    KEY("load_from_processes", KT_NUM, load_from_processes),
     KEY("utilization_gpu_percent", KT_SIG, util_gpu),
     KEY("utilization_memory_percent", KT_SIG, util_memory),
     KEY("encoder_percent", KT_SIG, encoder),
@@ -744,6 +755,12 @@ static int parse_process(parser_t *p, char **cur)
         tok_uint(cur, &pr->sm) || tok_uint(cur, &pr->mem) || tok_uint(cur, &pr->enc) ||
         tok_uint(cur, &pr->dec))
         return p->why = "bad process line", -1;
+    while (**cur == ' ')
+        (*cur)++;
+    if (strncmp(*cur, "live", 4) == 0) {
+        pr->live = 1;
+        *cur += 4;
+    }
     return 0;
 }
 
@@ -1739,13 +1756,41 @@ typedef struct {
     unsigned long long total, reserved, used, free;
 } mem_values_t;
 
+typedef struct {
+    double used_bytes, sm, mem;
+} process_load_t;
+
+static double at_most_100(double percent)
+{
+    return percent > 100.0 ? 100.0 : percent;
+}
+
+/* What the device's live processes add to its own figures, when the scenario
+ * asks for it (load_from_processes): simulated contexts then show up in the
+ * device's memory and utilization like real ones. */
+static process_load_t process_load(const fake_dev *d)
+{
+    process_load_t load = {0, 0, 0};
+    if (!d->load_from_processes.present || d->load_from_processes.v == 0)
+        return load;
+    const proc_t *p = d->procs.items;
+    for (int i = 0; i < d->procs.n; i++) {
+        if (!proc_visible(p + i))
+            continue;
+        load.used_bytes += p[i].used_bytes;
+        load.sm += p[i].sm;
+        load.mem += p[i].mem;
+    }
+    return load;
+}
+
 static int memory_values(const fake_dev *d, double t, mem_values_t *m)
 {
     if (!d->memory_total.present || !d->memory_used.present)
         return -1;
     m->total = to_ull(d->memory_total.v);
     m->reserved = d->memory_reserved.present ? to_ull(d->memory_reserved.v) : 0;
-    m->used = to_ull(sig_value(&d->memory_used, t));
+    m->used = to_ull(sig_value(&d->memory_used, t) + process_load(d).used_bytes);
     unsigned long long taken = m->reserved + m->used;
     m->free = taken >= m->total ? 0 : m->total - taken;
     return 0;
@@ -1799,8 +1844,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUti
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (!c.dev->util_gpu.present || !c.dev->util_memory.present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
-    utilization->gpu = to_uint(sig_value(&c.dev->util_gpu, c.t));
-    utilization->memory = to_uint(sig_value(&c.dev->util_memory, c.t));
+    process_load_t load = process_load(c.dev);
+    utilization->gpu = to_uint(at_most_100(sig_value(&c.dev->util_gpu, c.t) + load.sm));
+    utilization->memory = to_uint(at_most_100(sig_value(&c.dev->util_memory, c.t) + load.mem));
     return leave(NVML_SUCCESS);
 }
 
@@ -2049,6 +2095,15 @@ typedef struct {
     unsigned int gi, ci;
 } proc_ref_t;
 
+static unsigned int visible_processes(const fake_dev *d)
+{
+    unsigned int n = 0;
+    const proc_t *p = d->procs.items;
+    for (int i = 0; i < d->procs.n; i++)
+        n += (unsigned int)proc_visible(p + i);
+    return n;
+}
+
 /* Visits the processes of a handle of the given kind: a MIG handle sees its
  * own; a physical GPU sees its own plus those of its MIG devices. Returns the
  * number visited; out (if not NULL) receives up to max of them. */
@@ -2063,7 +2118,7 @@ static unsigned int collect_processes(const call_t *c, unsigned int kind, proc_r
     }
     const proc_t *p = d->procs.items;
     for (int i = 0; i < d->procs.n; i++, p++) {
-        if (!(p->types & kind))
+        if (!(p->types & kind) || !proc_visible(p))
             continue;
         if (out && n < max)
             out[n] = (proc_ref_t){p, gi, ci};
@@ -2156,7 +2211,7 @@ static nvmlReturn_t enter_process_samples(const char *fn, nvmlDevice_t h, unsign
     if (c->mig >= 0 || !c->dev->procs.present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
     *stamp = (unsigned long long)state_unix_us(c->st, c->t);
-    if (c->dev->procs.n == 0 || *stamp <= last_seen)
+    if (visible_processes(c->dev) == 0 || *stamp <= last_seen)
         return leave(NVML_ERROR_NOT_FOUND);
     return NVML_SUCCESS;
 }
@@ -2172,16 +2227,19 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlP
     nvmlReturn_t rc = enter_process_samples(__func__, device, lastSeenTimeStamp, &c, &stamp);
     if (rc != NVML_SUCCESS)
         return rc;
-    unsigned int n = (unsigned int)c.dev->procs.n;
+    unsigned int n = visible_processes(c.dev);
     if (!utilization || *processSamplesCount < n) {
         *processSamplesCount = n;
         return leave(NVML_ERROR_INSUFFICIENT_SIZE);
     }
     const proc_t *p = c.dev->procs.items;
-    for (unsigned int i = 0; i < n; i++) {
-        utilization[i] = (nvmlProcessUtilizationSample_t){p[i].pid, stamp, p[i].sm, p[i].mem, p[i].enc, p[i].dec};
+    unsigned int k = 0;
+    for (int i = 0; i < c.dev->procs.n && k < n; i++) {
+        if (proc_visible(p + i))
+            utilization[k++] = (nvmlProcessUtilizationSample_t){p[i].pid, stamp, p[i].sm, p[i].mem, p[i].enc,
+                                                                p[i].dec};
     }
-    *processSamplesCount = n;
+    *processSamplesCount = k;
     return leave(NVML_SUCCESS);
 }
 
@@ -2198,17 +2256,19 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
     nvmlReturn_t rc = enter_process_samples(__func__, device, info->lastSeenTimeStamp, &c, &stamp);
     if (rc != NVML_SUCCESS)
         return rc;
-    unsigned int n = (unsigned int)c.dev->procs.n;
+    unsigned int n = visible_processes(c.dev);
     if (!info->procUtilArray || info->processSamplesCount < n) {
         info->processSamplesCount = n;
         return leave(NVML_ERROR_INSUFFICIENT_SIZE);
     }
     const proc_t *p = c.dev->procs.items;
-    for (unsigned int i = 0; i < n; i++) {
-        info->procUtilArray[i] =
-            (nvmlProcessUtilizationInfo_v1_t){stamp, p[i].pid, p[i].sm, p[i].mem, p[i].enc, p[i].dec, 0, 0};
+    unsigned int k = 0;
+    for (int i = 0; i < c.dev->procs.n && k < n; i++) {
+        if (proc_visible(p + i))
+            info->procUtilArray[k++] =
+                (nvmlProcessUtilizationInfo_v1_t){stamp, p[i].pid, p[i].sm, p[i].mem, p[i].enc, p[i].dec, 0, 0};
     }
-    info->processSamplesCount = n;
+    info->processSamplesCount = k;
     return leave(NVML_SUCCESS);
 }
 
