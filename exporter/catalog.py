@@ -27,6 +27,7 @@ class Scope(enum.Enum):
     """What one series of a metric describes; decides its common labels."""
 
     DEVICE = "device"
+    LINK = "link"
     PROCESS = "process"
     BACKEND = "backend"
     AGENT = "agent"
@@ -40,11 +41,14 @@ RAY_LABELS: tuple[str, ...] = (
     "ray_task_id", "task_name",
 )
 PROCESS_LABELS: tuple[str, ...] = (*DEVICE_LABELS, *RAY_LABELS)
+# One interconnect link of a device: NVLink or XGMI link number, or "0" for PCIe.
+LINK_LABELS: tuple[str, ...] = (*DEVICE_LABELS, "link_type", "link")
 # Labels the agent puts on every series of the node (besides --node-label ones).
 NODE_LABELS: tuple[str, ...] = ("ray_node_id", "simulated")
 BACKEND_LABELS: tuple[str, ...] = ("backend",)
 SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
     Scope.DEVICE: DEVICE_LABELS,
+    Scope.LINK: LINK_LABELS,
     Scope.PROCESS: PROCESS_LABELS,
     Scope.BACKEND: BACKEND_LABELS,
     Scope.AGENT: (),
@@ -159,6 +163,14 @@ XID_ERRORS = "ray.accelerator.xid.errors"
 DEVICE_UP = "ray.accelerator.device.up"
 DEVICE_SAMPLE_AGE = "ray.accelerator.device.sample.age"
 DEVICE_INFO = "ray.accelerator.device.info"
+LINK_IO = "hw.gpu.io"
+LINK_UP = "ray.accelerator.link.up"
+LINK_ERRORS = "ray.accelerator.link.errors"
+LINK_INFO = "ray.accelerator.link.info"
+PCIE_GENERATION = "ray.accelerator.pcie.link.generation"
+PCIE_WIDTH = "ray.accelerator.pcie.link.width"
+TOPOLOGY = "ray.accelerator.topology.info"
+NODE_PLACEMENT = "ray.accelerator.placement.info"
 ALLOCATION = "ray.accelerator.allocation"
 ALLOCATION_IDLE = "ray.accelerator.allocation.idle"
 DEVICE_ALLOCATED = "ray.accelerator.device.allocated"
@@ -216,7 +228,28 @@ CATALOG: tuple[MetricSpec, ...] = (
            "1 when the device answered the last sampling cycle, 0 when it is lost or failing."),
     _gauge(DEVICE_SAMPLE_AGE, "s", "Seconds since the device's values were last read."),
     _info(DEVICE_INFO, "Static facts about the device.",
-          "pci_bus_id", "parent_uuid", "architecture", "driver_version", "serial"),
+          "pci_bus_id", "parent_uuid", "architecture", "driver_version", "serial", "numa_node",
+          "cpu_affinity", "nvlink_domain", "nearest_nics"),
+    # Interconnect and topology
+    _counter(LINK_IO, "By",
+             "Bytes the device moved over the link, by direction (transmit, receive): NVLink "
+             "and XGMI per link, PCIe for the device's host link.", "direction",
+             scope=Scope.LINK),
+    _gauge(LINK_UP, "", "1 when the link is trained and active, else 0.", scope=Scope.LINK),
+    _counter(LINK_ERRORS, "{error}",
+             "Link-level errors, by type (crc, replay, recovery).", "error_type",
+             scope=Scope.LINK),
+    _info(LINK_INFO, "What the link connects to.",
+          "version", "remote_type", "remote_pci_bus_id", "peer_uuid", scope=Scope.LINK),
+    _gauge(PCIE_GENERATION, "",
+           "PCIe link generation, current and the most the device and slot support; current "
+           "below max under load means a downtrained link.", "state"),
+    _gauge(PCIE_WIDTH, "{lane}", "PCIe link width in lanes, current and max.", "state"),
+    _info(TOPOLOGY,
+          "How the device reaches a peer device, in the vocabulary of `nvidia-smi topo -m` "
+          "(NV# for # direct or switched NVLinks, PIX, PXB, PHB, NODE, SYS), and whether "
+          "peer-to-peer access works.",
+          "peer_uuid", "peer_index", "connection", "p2p"),
     _gauge(DEVICE_ALLOCATED, "1",
            "Fraction of the device Ray's scheduler has assigned to workers, all together."),
     # Ray workers and processes on devices
@@ -244,6 +277,10 @@ CATALOG: tuple[MetricSpec, ...] = (
            scope=Scope.AGENT),
     _info(AGENT_INFO, "The agent's version and settings.",
           "version", "interval_seconds", "scenario", scope=Scope.AGENT),
+    _info(NODE_PLACEMENT,
+          "Where the node sits: cloud zone and region, rack, TPU slice and NVLink domain, from "
+          "Ray node labels, the environment and the NVLink fabric.",
+          "zone", "region", "rack", "slice", "nvlink_domain", scope=Scope.AGENT),
     _gauge(ATTRIBUTION_UP, "",
            "1 when the given Ray source (discovery, raylet, state_api) answered the last "
            "attribution refresh, else 0; while 0, series lack the labels it provides.",

@@ -6,6 +6,7 @@ from .catalog import CATALOG, SCOPE_LABELS, Kind, MetricSpec, Scope
 
 _SCOPE_TITLES = {
     Scope.DEVICE: "Device metrics",
+    Scope.LINK: "Interconnect link metrics",
     Scope.PROCESS: "Process and Ray worker metrics",
     Scope.BACKEND: "Backend metrics",
     Scope.AGENT: "Agent metrics",

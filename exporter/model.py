@@ -15,8 +15,28 @@ Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
+class Peer:
+    """How a device reaches another device of the node.
+
+    `connection` uses the vocabulary of `nvidia-smi topo -m`: NV<n> for n NVLinks
+    (direct or through NVSwitch), PIX (one PCIe switch), PXB (several PCIe
+    switches), PHB (a PCIe host bridge), NODE (host bridges within a NUMA node),
+    SYS (across NUMA nodes); `p2p` is "OK" or why peer-to-peer access is refused.
+    """
+
+    uuid: str
+    index: str
+    connection: str
+    p2p: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
-    """Identity and static facts of one accelerator (a physical GPU or a MIG instance)."""
+    """Identity and static facts of one accelerator (a physical GPU or a MIG instance).
+
+    `facts` holds what the vendor reports about it that never changes while the
+    driver is loaded (architecture, NUMA node, CPU affinity, NVLink domain, ...).
+    """
 
     vendor: str
     index: str
@@ -25,6 +45,7 @@ class Device:
     pci_bus_id: str = ""
     parent_uuid: str = ""
     facts: Mapping[str, str] = field(default_factory=dict)
+    peers: tuple[Peer, ...] = ()
 
     def labels(self) -> dict[str, str]:
         """The labels that identify this device on every one of its series."""
@@ -51,12 +72,22 @@ class ProcessSample:
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """One interconnect link of a device (NVLink, XGMI, PCIe)."""
+    """One interconnect link of a device (NVLink, XGMI, or its PCIe host link).
+
+    `facts` says what it connects to (version, remote_type, remote_pci_bus_id,
+    peer_uuid); `rates` (direction -> bytes/s) are computed by the sampler from
+    two consecutive samples of the link's byte counters.
+    """
 
     link_type: str
     index: int
-    peer: str = ""
     readings: tuple[Reading, ...] = ()
+    facts: Mapping[str, str] = field(default_factory=dict)
+    rates: Mapping[str, float] = field(default_factory=dict)
+
+    def labels(self) -> dict[str, str]:
+        """The labels that identify the link among its device's links."""
+        return {"link_type": self.link_type, "link": str(self.index)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +149,10 @@ def labels_of(pairs: Iterable[tuple[str, str]] | Mapping[str, str]) -> Labels:
 def stale_after_s(interval_s: float) -> float:
     """How old a device's last values may be before they count as stale."""
     return max(3 * interval_s, 2.0)
+
+
+def snapshot_placement(snapshot: NodeSnapshot) -> dict[str, str]:
+    """Where the snapshot's node sits (see `placement.node_placement`)."""
+    from .placement import node_placement
+
+    return node_placement(snapshot.attribution.node_labels, (s.device for s in snapshot.devices))

@@ -22,6 +22,7 @@ from .attribution.model import UNATTRIBUTED, Attribution
 from .attribution.slots import assign_holders
 from .backends.base import Backend, BackendUnavailable, ErrorTally
 from .model import BackendStatus, Device, DeviceSample, NodeSnapshot, stale_after_s
+from .rates import with_link_rates
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,8 @@ class BackendRunner:
         for device in self.devices:
             future = self.workers[device.uuid].take_result()
             if future is not None:
-                self.last[device.uuid] = self._sample_result(device, future, tally)
+                self.last[device.uuid] = with_link_rates(
+                    self.last.get(device.uuid), self._sample_result(device, future, tally))
             sample = self.last.get(device.uuid)
             if sample is None or now - sample.taken_at > stale_after:
                 if sample is None or sample.up or sample.readings:

@@ -90,7 +90,8 @@ def test_values_labels_and_names_round_trip():
                "actor_name": "", "ray_task_id": "", "task_name": ""}
     assert value("ray_accelerator_process_memory_usage_bytes", pid="4242", **not_ray) == 2**30
     info = value("ray_accelerator_device_info", pci_bus_id="00000000:18:00.0", parent_uuid="",
-                 architecture="hopper", driver_version="570.1", serial="")
+                 architecture="hopper", driver_version="570.1", serial="", numa_node="",
+                 cpu_affinity="", nvlink_domain="", nearest_nics="")
     assert info == 1
 
 

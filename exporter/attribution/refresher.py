@@ -108,7 +108,8 @@ class AttributionRefresher:
                 grants.extend(Grant(identity, resource, g.slot, g.quantity)
                               for g in resource_grants)
         return Attribution(
-            node_id=sources.node.node_id, refreshed_at=time.time(), sources=statuses,
+            node_id=sources.node.node_id, node_labels=dict(sources.node.labels),
+            refreshed_at=time.time(), sources=statuses,
             identities=identities, grants=tuple(grants),
             visible_devices=dict(sources.node.visible_devices),
             dropped_labels={"ray_task_id": self._guard.dropped},

@@ -12,7 +12,7 @@ from typing import Any
 from .. import catalog as m
 from ..attribution.join import allocations
 from ..attribution.model import Attribution, RayIdentity
-from ..model import DeviceSample, NodeSnapshot, Reading, stale_after_s
+from ..model import DeviceSample, NodeSnapshot, Reading, snapshot_placement, stale_after_s
 
 SCHEMA_VERSION = 1
 
@@ -52,6 +52,8 @@ def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float) ->
         "pci_bus_id": device.pci_bus_id,
         "parent_uuid": device.parent_uuid,
         "facts": dict(device.facts),
+        "peers": [{"uuid": p.uuid, "index": p.index, "connection": p.connection, "p2p": p.p2p}
+                  for p in device.peers],
         "up": sample.up,
         "stale": age_s > stale_after,
         "sampled_at": sample.taken_at,
@@ -61,8 +63,8 @@ def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float) ->
         "processes": [{**_identity(identity(p.pid)), "values": _values(p.readings)}
                       for p in sample.processes],
         "links": [
-            {"link_type": link.link_type, "index": link.index, "peer": link.peer,
-             "values": _values(link.readings)}
+            {"link_type": link.link_type, "index": link.index, "facts": dict(link.facts),
+             "rates_bytes_per_s": dict(link.rates), "values": _values(link.readings)}
             for link in sample.links
         ],
         "errors": dict(sample.errors),
@@ -90,6 +92,7 @@ def snapshot_document(snapshot: NodeSnapshot) -> dict[str, Any]:
         "interval_s": snapshot.interval_s,
         "cycle_duration_s": snapshot.cycle_duration_s,
         "node": dict(snapshot.node_labels),
+        "placement": snapshot_placement(snapshot),
         "agent": dict(snapshot.agent_facts),
         "backends": [
             {"name": b.name, "vendor": b.vendor, "up": b.up, "device_count": b.device_count,

@@ -24,7 +24,7 @@ from prometheus_client.registry import CollectorRegistry
 from .. import catalog as m
 from ..attribution.join import allocations
 from ..catalog import CATALOG, Kind, MetricSpec
-from ..model import DeviceSample, NodeSnapshot, Reading
+from ..model import DeviceSample, NodeSnapshot, Reading, snapshot_placement
 
 _FAMILY_TYPES = {
     Kind.GAUGE: GaugeMetricFamily,
@@ -85,7 +85,16 @@ def _add_device(families: _Families, sample: DeviceSample, snapshot: NodeSnapsho
     info_spec = m.spec(m.DEVICE_INFO)
     facts = {"pci_bus_id": device.pci_bus_id, "parent_uuid": device.parent_uuid, **device.facts}
     families.add(info_spec, scope_values, {n: facts.get(n, "") for n in info_spec.labels})
+    for peer in device.peers:
+        families.add(m.spec(m.TOPOLOGY), scope_values,
+                     {"peer_uuid": peer.uuid, "peer_index": peer.index,
+                      "connection": peer.connection, "p2p": peer.p2p})
     _add_readings(families, sample.readings, scope_values)
+    link_info = m.spec(m.LINK_INFO)
+    for link in sample.links:
+        link_values = (*scope_values, *link.labels().values())
+        families.add(link_info, link_values, {n: link.facts.get(n, "") for n in link_info.labels})
+        _add_readings(families, link.readings, link_values)
     identity = snapshot.attribution.identity
     for process in sample.processes:
         _add_readings(families, process.readings,
@@ -117,6 +126,7 @@ def _add_agent(families: _Families, snapshot: NodeSnapshot) -> None:
     families.add(m.spec(m.AGENT_CYCLE_DURATION), (), snapshot.cycle_duration_s)
     agent_info = m.spec(m.AGENT_INFO)
     families.add(agent_info, (), {n: snapshot.agent_facts.get(n, "") for n in agent_info.labels})
+    families.add(m.spec(m.NODE_PLACEMENT), (), snapshot_placement(snapshot))
     attribution = snapshot.attribution
     for source in attribution.sources:
         families.add(m.spec(m.ATTRIBUTION_UP), (), 1 if source.up else 0,

@@ -10,16 +10,19 @@ import contextlib
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pynvml
 
 from ... import catalog as m
-from ...model import Device, DeviceSample, Reading, labels_of
+from ...model import Device, DeviceSample, Link, Reading, labels_of
+from ...nics import nearest_nics
 from ..base import Backend, BackendUnavailable
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown
+from .interconnect import LinkLayout, discover_nvlinks, pcie_max_readings, read_links
 from .probes import DEVICE_PROBES, DeviceState, processes
+from .topology import peer_uuid_by_link, peers_of, placement_facts
 from .xid import XidWatcher
 
 _ARCHITECTURES = {
@@ -42,6 +45,7 @@ class _Tracked:
     calls: DeviceCalls
     state: DeviceState = field(default_factory=DeviceState)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    links: LinkLayout | None = None  # physical GPUs only
 
 
 class NvidiaBackend(Backend):
@@ -67,6 +71,7 @@ class NvidiaBackend(Backend):
         self._tracked = {}
         for index in range(pynvml.nvmlDeviceGetCount()):
             self._discover(index)
+        self._read_topology()
         physical = {
             uuid: t.handle for uuid, t in self._tracked.items() if not t.device.parent_uuid
         }
@@ -103,6 +108,10 @@ class NvidiaBackend(Backend):
         try:
             for probe in DEVICE_PROBES:
                 readings.extend(probe(calls, handle, state))
+            links: tuple[Link, ...] = ()
+            if tracked.links is not None:
+                links, pcie = read_links(calls, handle, tracked.links)
+                readings.extend(pcie)
             procs = processes(calls, handle, state)
         except DeviceDown as down:
             return DeviceSample(
@@ -117,6 +126,7 @@ class NvidiaBackend(Backend):
             duration_s=time.monotonic() - started,
             readings=tuple(readings),
             processes=procs,
+            links=links,
             errors={**calls.unsupported, **calls.cycle_errors},
         )
 
@@ -138,6 +148,30 @@ class NvidiaBackend(Backend):
             except pynvml.NVMLError:
                 continue
         return facts
+
+    def _read_topology(self) -> None:
+        """Links, device pairs, NUMA and fabric of the physical GPUs; MIG devices inherit."""
+        physical = [t for t in self._tracked.values()
+                    if t.handle is not None and not t.device.parent_uuid]
+        nvlinks = [discover_nvlinks(t.handle) for t in physical]
+        facts = [{**t.device.facts, **placement_facts(t.handle),
+                  "nearest_nics": ",".join(nearest_nics(t.device.pci_bus_id))} for t in physical]
+        buses = [t.device.pci_bus_id for t in physical]
+        uuid_by_bus = {bus.lower(): t.device.uuid for bus, t in zip(buses, physical, strict=True)}
+        args = ([t.handle for t in physical], buses, nvlinks, [t.device.index for t in physical],
+                [t.device.uuid for t in physical], [f.get("nvlink_domain", "") for f in facts])
+        for position, tracked in enumerate(physical):
+            tracked.device = replace(tracked.device, facts=facts[position],
+                                     peers=peers_of(position, *args))
+            tracked.links = LinkLayout(nvlinks[position],
+                                       peer_uuid_by_link(nvlinks[position], uuid_by_bus),
+                                       pcie_max_readings(tracked.handle))
+        inherited = ("numa_node", "cpu_affinity", "nvlink_domain", "nearest_nics")
+        for tracked in self._tracked.values():
+            if tracked.device.parent_uuid in self._tracked:
+                parent = self._tracked[tracked.device.parent_uuid].device
+                extra = {k: parent.facts[k] for k in inherited if k in parent.facts}
+                tracked.device = replace(tracked.device, facts={**tracked.device.facts, **extra})
 
     def _discover(self, index: int) -> None:
         calls = DeviceCalls(self.errors)

@@ -1,0 +1,49 @@
+"""Where a node sits: zone, region, rack, slice and NVLink domain.
+
+Taken, first found wins, from the Ray node's labels (Ray's own `ray.io/*` keys,
+then plain keys users give with `ray start --labels`, then Kubernetes'
+well-known topology keys), from the environment the agent runs in, and for
+the NVLink domain from the devices' fabric information.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+from .model import Device
+
+PLACEMENT_KEYS = ("zone", "region", "rack", "slice", "nvlink_domain")
+
+_LABEL_KEYS: dict[str, tuple[str, ...]] = {
+    "zone": ("ray.io/availability-zone", "zone", "topology.kubernetes.io/zone"),
+    "region": ("ray.io/availability-region", "region", "topology.kubernetes.io/region"),
+    "rack": ("ray.io/rack", "rack", "topology.kubernetes.io/rack"),
+    "slice": ("ray.io/tpu-slice-name", "slice"),
+    "nvlink_domain": ("ray.io/nvlink-domain", "nvlink_domain", "nvlink-domain"),
+}
+_ENVIRONMENT_KEYS: dict[str, tuple[str, ...]] = {
+    "zone": ("RAY_NODE_ZONE", "RAY_ACCEL_ZONE"),
+    "region": ("RAY_NODE_REGION", "RAY_ACCEL_REGION"),
+    "rack": ("RAY_ACCEL_RACK",),
+    "slice": ("RAY_ACCEL_SLICE",),
+    "nvlink_domain": ("RAY_ACCEL_NVLINK_DOMAIN",),
+}
+
+
+def _first(keys: Iterable[str], source: Mapping[str, str]) -> str:
+    return next((source[key] for key in keys if source.get(key)), "")
+
+
+def node_placement(ray_labels: Mapping[str, str], devices: Iterable[Device],
+                   environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The node's placement; empty strings for what no source knows."""
+    environ = os.environ if environ is None else environ
+    placement = {
+        key: _first(_LABEL_KEYS[key], ray_labels) or _first(_ENVIRONMENT_KEYS[key], environ)
+        for key in PLACEMENT_KEYS
+    }
+    if not placement["nvlink_domain"]:
+        domains = {d.facts.get("nvlink_domain", "") for d in devices} - {""}
+        placement["nvlink_domain"] = ",".join(sorted(domains))
+    return placement
