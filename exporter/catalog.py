@@ -44,7 +44,7 @@ PROCESS_LABELS: tuple[str, ...] = (*DEVICE_LABELS, *RAY_LABELS)
 # One interconnect link of a device: NVLink or XGMI link number, or "0" for PCIe.
 LINK_LABELS: tuple[str, ...] = (*DEVICE_LABELS, "link_type", "link")
 # Labels the agent puts on every series of the node (besides --node-label ones).
-NODE_LABELS: tuple[str, ...] = ("ray_node_id", "simulated")
+NODE_LABELS: tuple[str, ...] = ("ray_node_id", "SessionName", "simulated")
 BACKEND_LABELS: tuple[str, ...] = ("backend",)
 SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
     Scope.DEVICE: DEVICE_LABELS,

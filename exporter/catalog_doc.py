@@ -23,7 +23,9 @@ dimensionless 0-1 gauges, `_total` on counters, `_info` on metadata series).
 Values are in base units. A value the hardware cannot report is absent, never 0.
 
 Labels every series carries on top of those listed:
-- `ray_node_id`, the Ray node the agent runs on, once it has found one;
+- `ray_node_id`, the Ray node the agent runs on, once it has found one, and
+  `SessionName`, the Ray session, named as on Ray's own series so that Ray's
+  Grafana variables filter ours too;
 - `simulated="true"` when the agent runs on simulated hardware;
 - any `--node-label NAME=VALUE` given to the agent.
 

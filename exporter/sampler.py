@@ -243,6 +243,9 @@ class Sampler:
         node_labels = dict(self.node_labels)
         if attribution.node_id:
             node_labels["ray_node_id"] = attribution.node_id
+        if attribution.session_name:
+            # Ray's own series carry the session as `SessionName`; its boards filter on it.
+            node_labels["SessionName"] = attribution.session_name
         snapshot = NodeSnapshot(
             cycle=self._cycle,
             taken_at=finished,

@@ -143,6 +143,7 @@ def test_holders_carry_the_ids_workers_see(agent, workload):
         assert [device["index"]] == person["gpu_ids"]
     assert found[people[0]["pid"]][0]["actor_class"] == "Trainer"
     assert doc["node"]["ray_node_id"] == people[0]["node_id"]
+    assert doc["node"]["SessionName"].startswith("session_")
     assert doc["node"]["simulated"] == "true"
 
 

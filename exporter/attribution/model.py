@@ -71,6 +71,7 @@ class Attribution:
     """
 
     node_id: str = ""
+    session_name: str = ""
     node_labels: Mapping[str, str] = field(default_factory=dict)
     refreshed_at: float = 0.0
     sources: tuple[SourceStatus, ...] = ()

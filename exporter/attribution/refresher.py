@@ -8,6 +8,7 @@ empty (devices flow unattributed) and says why, until Ray answers again.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -109,6 +110,7 @@ class AttributionRefresher:
                               for g in resource_grants)
         return Attribution(
             node_id=sources.node.node_id, node_labels=dict(sources.node.labels),
+            session_name=os.path.basename(sources.node.session_dir.rstrip("/")),
             refreshed_at=time.time(), sources=statuses,
             identities=identities, grants=tuple(grants),
             visible_devices=dict(sources.node.visible_devices),
