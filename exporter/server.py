@@ -28,6 +28,27 @@ def json_error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message, "status": status}, status=status)
 
 
+# Query parameters each endpoint accepts; anything else is refused with 400.
+ALLOWED_PARAMETERS: dict[str, frozenset[str]] = {
+    "/": frozenset(),
+    "/metrics": frozenset({"name[]"}),
+    "/healthz": frozenset(),
+    "/api/v1/snapshot": frozenset(),
+}
+
+
+@web.middleware
+async def _known_parameters_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    allowed = ALLOWED_PARAMETERS.get(request.path)
+    if allowed is not None:
+        unknown = sorted(set(request.query) - allowed)
+        if unknown:
+            accepted = ", ".join(sorted(allowed)) or "none"
+            return json_error(400, f"unknown query parameter(s) {', '.join(unknown)} for "
+                                   f"{request.path}; accepted: {accepted}")
+    return await handler(request)
+
+
 @web.middleware
 async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -48,7 +69,8 @@ class AgentHttp:
         self._renderer = renderer or PrometheusRenderer()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors_as_json], client_max_size=MAX_REQUEST_BYTES)
+        app = web.Application(middlewares=[_errors_as_json, _known_parameters_only],
+                              client_max_size=MAX_REQUEST_BYTES)
         app.router.add_get("/", self.index)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
@@ -63,7 +85,8 @@ class AgentHttp:
         if snapshot is None:
             return _not_ready()
         body, content_type = self._renderer.render(
-            snapshot, wants_openmetrics(request.headers.get("Accept"))
+            snapshot, wants_openmetrics(request.headers.get("Accept")),
+            names=frozenset(request.query.getall("name[]", [])),
         )
         response = web.Response(body=body)
         response.headers["Content-Type"] = content_type

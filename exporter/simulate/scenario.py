@@ -633,6 +633,7 @@ def _str_check(max_len: int) -> Callable[[Any, str], None]:
 
 
 _DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
+    "vendor": lambda v, p: _amd().check_vendor(v, p, "nvidia"),
     "name": _str_check(_MAX_NAME),
     "uuid": lambda v, p: _check_uuid(v, p, _GPU_UUID, "GPU-"),
     "serial": _str_check(_MAX_SERIAL),
@@ -748,8 +749,17 @@ def _error_code(value: Any, path: str, allow_success: bool = False) -> int:
     return _integer(value, path, lo=0 if allow_success else 1, hi=2**31 - 1)
 
 
+def _amd() -> Any:
+    """The AMD scenario module (imported late: it builds on this one)."""
+    from . import amd_scenario
+
+    return amd_scenario
+
+
 def _rule_function(value: Any, path: str) -> str:
     name = _string(value, path, 95)
+    if _amd().is_amd_function(name):
+        return _amd().check_amd_function(name, path)
     if name in _INIT_FUNCTIONS:
         return "nvmlInit"
     if name not in _RULE_FUNCTIONS:
@@ -765,16 +775,27 @@ def _rule_window(rule: Mapping[str, Any], path: str) -> tuple[float, float | Non
     return start, until
 
 
-def _rule_device(value: Any, path: str, count: int) -> int | None:
+def _rule_device(value: Any, path: str, vendors: Sequence[str], function: str) -> int | None:
+    """A rule's device: an index into the scenario's devices, of the function's vendor."""
     if value is None:
         return None
     _integer(value, path, lo=0)
-    if value >= count:
-        raise _fail(path, f"no device {value} (there are {count})")
+    if value >= len(vendors):
+        raise _fail(path, f"no device {value} (there are {len(vendors)})")
+    amd = _amd()
+    wanted = amd.AMD if amd.is_amd_function(function) else amd.NVIDIA
+    if vendors[value] != wanted:
+        raise _fail(path, f"device {value} is an {vendors[value]} device; {function} is {wanted}'s")
     return value
 
 
-def _normalize_errors(rules: Any, path: str, count: int) -> list[dict[str, Any]]:
+def _rule_code(value: Any, path: str, function: str) -> int:
+    if _amd().is_amd_function(function):
+        return _amd().amd_error_code(value, path)
+    return _error_code(value, path)
+
+
+def _normalize_errors(rules: Any, path: str, vendors: Sequence[str]) -> list[dict[str, Any]]:
     out = []
     for i, rule in enumerate(_list(rules, path)):
         where = f"{path}[{i}]"
@@ -785,11 +806,12 @@ def _normalize_errors(rules: Any, path: str, count: int) -> list[dict[str, Any]]
             required=("function", "code"),
         )
         start, until = _rule_window(rule, where)
+        function = _rule_function(rule["function"], f"{where}.function")
         out.append(
             {
-                "function": _rule_function(rule["function"], f"{where}.function"),
-                "device": _rule_device(rule.get("device"), f"{where}.device", count),
-                "code": _error_code(rule["code"], f"{where}.code"),
+                "function": function,
+                "device": _rule_device(rule.get("device"), f"{where}.device", vendors, function),
+                "code": _rule_code(rule["code"], f"{where}.code", function),
                 "from_s": start,
                 "until_s": until,
             }
@@ -797,7 +819,7 @@ def _normalize_errors(rules: Any, path: str, count: int) -> list[dict[str, Any]]
     return out
 
 
-def _normalize_delays(rules: Any, path: str, count: int) -> list[dict[str, Any]]:
+def _normalize_delays(rules: Any, path: str, vendors: Sequence[str]) -> list[dict[str, Any]]:
     out = []
     for i, rule in enumerate(_list(rules, path)):
         where = f"{path}[{i}]"
@@ -808,10 +830,11 @@ def _normalize_delays(rules: Any, path: str, count: int) -> list[dict[str, Any]]
             required=("function", "seconds"),
         )
         start, until = _rule_window(rule, where)
+        function = _rule_function(rule["function"], f"{where}.function")
         out.append(
             {
-                "function": _rule_function(rule["function"], f"{where}.function"),
-                "device": _rule_device(rule.get("device"), f"{where}.device", count),
+                "function": function,
+                "device": _rule_device(rule.get("device"), f"{where}.device", vendors, function),
                 "seconds": _number(rule["seconds"], f"{where}.seconds", lo=0, hi=MAX_DELAY_S),
                 "from_s": start,
                 "until_s": until,
@@ -835,6 +858,10 @@ _TOP_LEVEL_KEYS = (
     "devices",
     "errors",
     "delays",
+    # AMD devices (exporter/simulate/amd_scenario.py)
+    "amd_device_defaults",
+    "amdsmi_version",
+    "amdsmi_import_error",
 )
 
 
@@ -885,6 +912,8 @@ def _check_unique(devices: Sequence[Mapping[str, Any]]) -> None:
         ids += [(f"devices[{i}].pci_bus_id", device.get("pci_bus_id"))]
         for j, mig in enumerate(device.get("mig_devices") or ()):
             ids.append((f"devices[{i}].mig_devices[{j}].uuid", mig.get("uuid")))
+        for j, partition in enumerate(device.get("partitions") or ()):
+            ids.append((f"devices[{i}].partitions[{j}].uuid", partition.get("uuid")))
         for where, value in ids:
             if value is None:
                 continue
@@ -901,8 +930,9 @@ def load_scenario(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
             file, or a dict.
 
     Returns:
-        The expanded scenario: ``device_defaults`` merged into every device
-        (keys removed with null stay as None), errors/delays normalized.
+        The expanded scenario: ``device_defaults`` merged into every NVIDIA
+        device and ``amd_device_defaults`` into every AMD one (keys removed
+        with null stay as None), errors/delays normalized.
 
     Raises:
         ScenarioError: with the path of the first offending key.
@@ -921,21 +951,32 @@ def load_scenario(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
         out["cuda_driver_version"] = _integer(top["cuda_driver_version"], "cuda_driver_version")
     if top.get("freeze_at_s") is not None:
         out["freeze_at_s"] = _number(top["freeze_at_s"], "freeze_at_s", lo=0)
+    amd = _amd()
+    out.update(amd.check_amd_top_level(top))
     defaults = _mapping(top.get("device_defaults") or {}, "device_defaults")
     _check_keys_with(defaults, "device_defaults", _DEVICE_CHECKS)
+    amd_defaults = _mapping(top.get("amd_device_defaults") or {}, "amd_device_defaults")
+    _check_keys_with(amd_defaults, "amd_device_defaults", amd.AMD_DEVICE_CHECKS)
     devices_in = _list(top.get("devices", []), "devices", MAX_DEVICES)
+    vendors = [amd.check_vendor(amd.vendor_of(_mapping(d, f"devices[{i}]")), f"devices[{i}].vendor")
+               for i, d in enumerate(devices_in)]
     devices = []
     for i, device in enumerate(devices_in):
         path = f"devices[{i}]"
-        merged = _merge_device(defaults, _mapping(device, path))
-        _check_device(merged, path, len(devices_in))
+        if vendors[i] == amd.AMD:
+            merged = {**copy.deepcopy(dict(amd_defaults)), **copy.deepcopy(dict(device))}
+            amd.check_amd_device(merged, path)
+        else:
+            merged = _merge_device(defaults, device)
+            # topology and p2p keys are NVML indices: positions among the NVIDIA devices
+            _check_device(merged, path, vendors.count(amd.NVIDIA))
         if merged.get("pci_bus_id") is not None:
             merged["pci_bus_id"] = normalize_pci_bus_id(merged["pci_bus_id"], f"{path}.pci_bus_id")
         devices.append(merged)
     _check_unique(devices)
     out["devices"] = devices
-    out["errors"] = _normalize_errors(top.get("errors") or [], "errors", len(devices))
-    out["delays"] = _normalize_delays(top.get("delays") or [], "delays", len(devices))
+    out["errors"] = _normalize_errors(top.get("errors") or [], "errors", vendors)
+    out["delays"] = _normalize_delays(top.get("delays") or [], "delays", vendors)
     return out
 
 
@@ -1097,7 +1138,9 @@ def _composite_lines(d: Mapping[str, Any], index: int) -> list[str]:
         lines += _process_lines(processes)
     if (events := d.get("xid_events")) is not None:
         lines.append(f"xid_events {len(events)}")
-        lines += [f"xid {_num(e['at_s'])} {e['xid']}" for e in events]
+        # time order: the library finds the next undelivered event by bisection
+        ordered = sorted(events, key=lambda e: e["at_s"])
+        lines += [f"xid {_num(e['at_s'])} {e['xid']}" for e in ordered]
     if (links := d.get("nvlinks")) is not None:
         lines.append(f"nvlinks {len(links)}")
         for link in links:
@@ -1129,6 +1172,31 @@ def _device_lines(d: Mapping[str, Any], index: int) -> list[str]:
     return lines
 
 
+def _nvml_view(scenario: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """The NVIDIA devices and the NVML rules, with rule devices renumbered to NVML indices.
+
+    AMD devices and amdsmi rules are left out: the fake NVML library must not
+    list them. A node with only AMD devices has no NVIDIA driver either.
+    """
+    amd = _amd()
+    nvml_index: dict[int, int] = {}
+    devices = []
+    for i, device in enumerate(scenario["devices"]):
+        if amd.vendor_of(device) != amd.AMD:
+            nvml_index[i] = len(devices)
+            devices.append(device)
+
+    def rules(kind: str) -> list[dict[str, Any]]:
+        return [{**rule, "device": None if rule["device"] is None else nvml_index[rule["device"]]}
+                for rule in scenario[kind] if not amd.is_amd_function(rule["function"])]
+
+    errors = rules("errors")
+    if scenario["devices"] and not devices:
+        errors.insert(0, {"function": "nvmlInit", "device": None, "from_s": 0, "until_s": None,
+                          "code": NVML_ERROR_CODES["DRIVER_NOT_LOADED"]})
+    return devices, errors, rules("delays")
+
+
 def _rule_line(kind: str, rule: Mapping[str, Any]) -> str:
     device = -1 if rule["device"] is None else rule["device"]
     amount = rule["code"] if kind == "error" else _num(rule["seconds"])
@@ -1144,11 +1212,12 @@ def render_state(scenario: Mapping[str, Any], epoch: float) -> str:
     for key in ("driver_version", "nvml_version", "cuda_driver_version"):
         if scenario.get(key) is not None:
             lines.append(f"{key} {scenario[key]}")
-    lines.append(f"errors {len(scenario['errors'])}")
-    lines += [_rule_line("error", r) for r in scenario["errors"]]
-    lines.append(f"delays {len(scenario['delays'])}")
-    lines += [_rule_line("delay", r) for r in scenario["delays"]]
-    for i, device in enumerate(scenario["devices"]):
+    devices, errors, delays = _nvml_view(scenario)
+    lines.append(f"errors {len(errors)}")
+    lines += [_rule_line("error", r) for r in errors]
+    lines.append(f"delays {len(delays)}")
+    lines += [_rule_line("delay", r) for r in delays]
+    for i, device in enumerate(devices):
         lines.append(f"device {i}")
         lines += _device_lines(device, i)
         migs = device.get("mig_devices")

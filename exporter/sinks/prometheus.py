@@ -180,18 +180,30 @@ class PrometheusRenderer:
             if include_process_metrics else []
         )
 
-    def render(self, snapshot: NodeSnapshot, openmetrics_format: bool) -> tuple[bytes, str]:
-        """The body and content type of `/metrics` for this snapshot."""
+    def render(self, snapshot: NodeSnapshot, openmetrics_format: bool,
+               names: frozenset[str] = frozenset()) -> tuple[bytes, str]:
+        """The body and content type of `/metrics` for this snapshot.
+
+        `names`, when given, keeps only the families with those family or sample
+        names (like prometheus_client's `name[]` filter); such answers are not cached.
+        """
+        content_type = OPENMETRICS if openmetrics_format else TEXT
         key = (snapshot.cycle, snapshot.taken_at)
-        with self._lock:
-            cached = self._cache.get(openmetrics_format)
-            if cached is not None and cached[:2] == key:
-                return cached[2], OPENMETRICS if openmetrics_format else TEXT
-        collector = _FixedCollector(snapshot_families(snapshot), self._process)
-        if openmetrics_format:
-            body = openmetrics.generate_latest(collector)
-        else:
-            body = exposition.generate_latest(collector)
-        with self._lock:
-            self._cache[openmetrics_format] = (*key, body)
-        return body, OPENMETRICS if openmetrics_format else TEXT
+        if not names:
+            with self._lock:
+                cached = self._cache.get(openmetrics_format)
+                if cached is not None and cached[:2] == key:
+                    return cached[2], content_type
+        families = snapshot_families(snapshot)
+        extra = self._process
+        if names:
+            families = [f for f in families
+                        if f.name in names or any(s.name in names for s in f.samples)]
+            extra = []
+        collector = _FixedCollector(families, extra)
+        generate = openmetrics.generate_latest if openmetrics_format else exposition.generate_latest
+        body = generate(collector)
+        if not names:
+            with self._lock:
+                self._cache[openmetrics_format] = (*key, body)
+        return body, content_type

@@ -91,9 +91,13 @@ class XidWatcher:
         uuid = self._uuid_by_handle.get(handle_key(data.device))
         if uuid is None:
             return
+        code = int(data.eventData)
         with self._lock:
-            self._counts.setdefault(uuid, Counter())[int(data.eventData)] += 1
-        log.warning("XID %d on %s", data.eventData, uuid)
+            counts = self._counts.setdefault(uuid, Counter())
+            counts[code] += 1
+            seen = counts[code]
+        if seen & (seen - 1) == 0:  # log the 1st, 2nd, 4th, 8th...: a storm stays a few lines
+            log.warning("XID %d on %s (%d so far)", code, uuid, seen)
 
     def _free(self) -> None:
         if self._event_set is None:

@@ -1131,18 +1131,18 @@ struct nvmlDevice_st {
     unsigned char unused;
 };
 
+/* How far a set has delivered one device's XID events, which the state file
+ * lists in time order: everything before `until`, and the first `at_until`
+ * events stamped exactly `until`. Survives reloads that append later events. */
 typedef struct {
-    int dev;
-    double at_s;
-    unsigned int xid;
-} delivered_t;
+    double until;
+    int at_until;
+} watermark_t;
 
 struct nvmlEventSet_st {
     struct nvmlEventSet_st *next;
     unsigned long long types[MAX_DEVICES];
-    delivered_t *delivered;
-    size_t ndelivered;
-    size_t cap;
+    watermark_t marks[MAX_DEVICES];
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -2304,6 +2304,8 @@ NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
     struct nvmlEventSet_st *s = calloc(1, sizeof *s);
     if (!s)
         return leave(NVML_ERROR_MEMORY);
+    for (int i = 0; i < MAX_DEVICES; i++)
+        s->marks[i].until = -1.0; /* before any event: events never have negative times */
     s->next = g_sets;
     g_sets = s;
     *set = s;
@@ -2319,7 +2321,6 @@ NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
     for (struct nvmlEventSet_st **pp = &g_sets; *pp; pp = &(*pp)->next) {
         if (*pp == set) {
             *pp = set->next;
-            free(set->delivered);
             free(set);
             return leave(NVML_SUCCESS);
         }
@@ -2354,28 +2355,24 @@ NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned lon
     return leave(NVML_SUCCESS);
 }
 
-static int was_delivered(const struct nvmlEventSet_st *s, int dev, const xid_t *x)
+/* Index of the device's first undelivered XID event, or the count if none. */
+static int next_xid(const fake_dev *d, const watermark_t *w)
 {
-    for (size_t i = 0; i < s->ndelivered; i++) {
-        const delivered_t *d = &s->delivered[i];
-        if (d->dev == dev && d->at_s == x->at_s && d->xid == x->xid)
-            return 1;
+    const xid_t *x = d->xids.items;
+    int lo = 0, hi = d->xids.n;
+    while (lo < hi) { /* first event at or after the watermark */
+        int mid = lo + (hi - lo) / 2;
+        if (x[mid].at_s < w->until)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return 0;
-}
-
-static int mark_delivered(struct nvmlEventSet_st *s, int dev, const xid_t *x)
-{
-    if (s->ndelivered == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        delivered_t *grown = realloc(s->delivered, cap * sizeof *grown);
-        if (!grown)
-            return -1;
-        s->delivered = grown;
-        s->cap = cap;
+    int skipped = 0;
+    while (lo < d->xids.n && x[lo].at_s == w->until && skipped < w->at_until) {
+        lo++;
+        skipped++;
     }
-    s->delivered[s->ndelivered++] = (delivered_t){dev, x->at_s, x->xid};
-    return 0;
+    return lo;
 }
 
 /* Lock held. Takes the earliest due, undelivered XID of a registered device. */
@@ -2387,16 +2384,24 @@ static int take_event(struct nvmlEventSet_st *s, const fake_state *st, double t,
         if (!(s->types[i] & NVML_EVENT_TYPE_XID_CRITICAL))
             continue;
         const fake_dev *d = &st->devs[i];
-        const xid_t *x = d->xids.items;
-        for (int j = 0; j < d->xids.n; j++, x++) {
-            if (x->at_s > t || (best && x->at_s >= best->at_s) || was_delivered(s, i, x))
-                continue;
+        int next = next_xid(d, &s->marks[i]);
+        if (next >= d->xids.n)
+            continue;
+        const xid_t *x = (const xid_t *)d->xids.items + next;
+        if (x->at_s <= t && (!best || x->at_s < best->at_s)) {
             best = x;
             best_dev = i;
         }
     }
-    if (!best || mark_delivered(s, best_dev, best) != 0)
+    if (!best)
         return 0;
+    watermark_t *w = &s->marks[best_dev];
+    if (best->at_s == w->until) {
+        w->at_until++;
+    } else {
+        w->until = best->at_s;
+        w->at_until = 1;
+    }
     *dev_out = best_dev;
     *xid_out = best;
     return 1;
