@@ -10,6 +10,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
+from typing import Protocol
 
 from aiohttp import web
 
@@ -56,12 +57,33 @@ class AgentConfig:
     ray_node_id: str | None = None
     attribution_interval_s: float = 2.0
     task_id_cap: int = DEFAULT_TASK_ID_CAP
+    # Registration in the Ray cluster's GCS (exporter/cluster/registry.py); 0 turns it off.
+    register_interval_s: float = 10.0
+    deployed: bool = False  # started by `ray-accel deploy` as a Ray actor
+    # OTLP metric export (exporter/sinks/otlp.py): off unless an endpoint is configured
+    # here or in the standard OTEL_EXPORTER_OTLP_* environment variables.
+    otlp_endpoint: str | None = None
+    otlp_protocol: str | None = None
+    otlp_interval_s: float | None = None
+
+
+class AgentExtension(Protocol):
+    """Something that runs alongside the agent (registration, OTLP export)."""
+
+    async def start(self, agent: Agent) -> None:
+        """Called once the HTTP server accepts connections."""
+
+    async def stop(self) -> None:
+        """Called before the HTTP server closes."""
 
 
 class Agent:
     """Runs sampling in the background and serves its snapshots over HTTP."""
 
-    def __init__(self, config: AgentConfig, backends: Sequence[Backend] | None = None) -> None:
+    def __init__(self, config: AgentConfig, backends: Sequence[Backend] | None = None,
+                 extensions: Sequence[AgentExtension] | None = None) -> None:
+        from .extensions import configured_extensions
+
         self.config = config
         self.simulation = None
         node_labels = dict(config.node_labels)
@@ -82,6 +104,9 @@ class Agent:
             self.store, interval_s=config.interval_s, node_labels=node_labels,
             agent_facts=facts, retry_s=config.retry_s,
             attribution=(lambda: self.attribution.latest) if self.attribution else None,
+        )
+        self.extensions: list[AgentExtension] = list(
+            configured_extensions(config) if extensions is None else extensions
         )
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -116,9 +141,16 @@ class Agent:
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
         await site.start()
         self.port = self._runner.addresses[0][1]
+        for extension in self.extensions:
+            await extension.start(self)
 
     async def stop(self) -> None:
         """Stop serving and sampling."""
+        for extension in reversed(self.extensions):
+            try:
+                await extension.stop()
+            except Exception:  # one extension must not keep the agent from stopping
+                log.exception("stopping %s failed", type(extension).__name__)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -6,6 +6,13 @@ children), never with `ray stop`, which would stop every Ray cluster on the
 machine. The calling process reaches the cluster the way the agent does: the
 token file is in RAY_AUTH_TOKEN_PATH and RAY_AUTH_MODE is left for the agent's
 Ray discovery to turn on.
+
+Every node listens on 127.0.0.1 only. `ray start` would replace a loopback node
+address with the machine's network address, and refuses to add nodes to a
+cluster told to stay local (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which makes Ray
+resolve "127.0.0.1" to itself); nodes are therefore started through Ray's own
+CLI entry point with the node address pinned, and every process of the cluster
+and every client given `env` runs with that variable at 0.
 """
 
 from __future__ import annotations
@@ -22,11 +29,23 @@ import uuid
 from pathlib import Path
 
 from ray._common.network_utils import find_free_port
+from ray._private import ray_constants
 from ray._raylet import AuthenticationTokenLoader
 
-RAY_CLI = str(Path(sys.executable).with_name("ray"))
 STARTUP_TIMEOUT_S = 120
 _CLIENT_VARIABLES = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_MODE")
+LOOPBACK = "127.0.0.1"
+_STAY_LOCAL = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# `ray start`, with the node address pinned to loopback and worker nodes allowed.
+_RAY_START = """
+import sys
+from ray._private import ray_constants, services
+ray_constants.ENABLE_RAY_CLUSTER = True
+services.get_node_ip_address = lambda address=None: "127.0.0.1"
+from ray.scripts.scripts import main
+sys.argv[0] = "ray"
+sys.exit(main())
+"""
 
 
 def processes() -> dict[int, tuple[list[str], int, str]]:
@@ -93,10 +112,11 @@ class LocalRayCluster:
         self.token.chmod(0o600)
         self.env = {k: v for k, v in os.environ.items() if k not in _CLIENT_VARIABLES}
         self.env.update(RAY_TMPDIR=str(self.root), RAY_AUTH_MODE="token",
-                        RAY_AUTH_TOKEN_PATH=str(self.token))
+                        RAY_AUTH_TOKEN_PATH=str(self.token), **_STAY_LOCAL)
         self.gcs_port = find_free_port()
-        self.gcs_address = ""
+        self.gcs_address = f"{LOOPBACK}:{self.gcs_port}"
         self._saved_env: dict[str, str | None] = {}
+        self._saved_enable_cluster: bool | None = None
 
     @property
     def marks(self) -> list[str]:
@@ -111,7 +131,6 @@ class LocalRayCluster:
             f"--ray-client-server-port={find_free_port()}",
             f"--dashboard-agent-listen-port={find_free_port()}", *args,
         )
-        self.gcs_address = (self.root / "ray" / "ray_current_cluster").read_text().strip()
         self._enter_client_environment()
 
     def add_node(self, env: dict[str, str] | None = None, *args: str) -> str:
@@ -132,21 +151,29 @@ class LocalRayCluster:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        if self._saved_enable_cluster is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = self._saved_enable_cluster
         AuthenticationTokenLoader.instance().reset_cache()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _enter_client_environment(self) -> None:
-        for name in (*_CLIENT_VARIABLES, "RAY_TMPDIR", "RAY_AUTH_TOKEN_PATH"):
+        for name in (*_CLIENT_VARIABLES, "RAY_TMPDIR", "RAY_AUTH_TOKEN_PATH", *_STAY_LOCAL):
             self._saved_env.setdefault(name, os.environ.get(name))
         for name in _CLIENT_VARIABLES:
             os.environ.pop(name, None)
-        os.environ["RAY_TMPDIR"] = str(self.root)
-        os.environ["RAY_AUTH_TOKEN_PATH"] = str(self.token)
+        os.environ.update(RAY_TMPDIR=str(self.root), RAY_AUTH_TOKEN_PATH=str(self.token),
+                          **_STAY_LOCAL)
+        # Ray reads that variable once, at import: tell an already imported Ray too,
+        # or it turns the cluster's loopback address into the machine's address.
+        self._saved_enable_cluster = ray_constants.ENABLE_RAY_CLUSTER
+        ray_constants.ENABLE_RAY_CLUSTER = False
         AuthenticationTokenLoader.instance().reset_cache()
 
     @staticmethod
     def _ray_start(env: dict[str, str], *args: str) -> None:
-        result = subprocess.run([RAY_CLI, "start", "--disable-usage-stats", *args], env=env,
-                                capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
+        result = subprocess.run(
+            [sys.executable, "-c", _RAY_START, "start", "--disable-usage-stats",
+             f"--node-ip-address={LOOPBACK}", *args],
+            env=env, capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
         if result.returncode != 0:
             raise RuntimeError(f"ray start {args} failed:\n{result.stdout}\n{result.stderr}")

@@ -1,0 +1,1 @@
+"""Running agents across a Ray cluster: registration, discovery files, deployment as actors."""

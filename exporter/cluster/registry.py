@@ -1,0 +1,246 @@
+"""Agents announce themselves in the Ray cluster's GCS key-value store.
+
+Each agent that found its Ray node keeps one record under the key
+`agent/<node id>` of the `ray_accel` namespace: where it serves, its pid,
+host, start time, whether its hardware is simulated, and a heartbeat time it
+refreshes every `heartbeat_s`. A record whose heartbeat is older than a few
+intervals belongs to an agent that died without cleaning up; readers skip it.
+A clean stop deletes the record. `ray-accel status`, the Prometheus discovery
+file and the supervisor of deployed agents all read these records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from ..attribution.ray_sources import RayNotFound, RaySourceError, RaySources
+from .gcs import ClusterGcs
+
+if TYPE_CHECKING:
+    from ..agent import Agent, AgentConfig
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "ray_accel"
+KEY_PREFIX = "agent/"
+# A heartbeat this many intervals old (plus a margin for a busy GCS) marks a dead agent.
+MISSED_HEARTBEATS = 3
+STALE_MARGIN_S = 5.0
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+@dataclass(frozen=True)
+class AgentRecord:
+    """What one agent registers about itself."""
+
+    node_id: str
+    node_ip: str
+    url: str
+    pid: int
+    hostname: str
+    started_at: float
+    heartbeat_at: float
+    heartbeat_s: float
+    simulated: bool
+    deployed: bool
+    version: str = ""
+
+    @property
+    def key(self) -> str:
+        return KEY_PREFIX + self.node_id
+
+    @property
+    def target(self) -> str:
+        """host:port, as a Prometheus target."""
+        return urlsplit(self.url).netloc
+
+    def age_s(self, now: float | None = None) -> float:
+        """Seconds since the last heartbeat."""
+        return max((time.time() if now is None else now) - self.heartbeat_at, 0.0)
+
+    def is_live(self, now: float | None = None) -> bool:
+        """True while the heartbeat is recent enough for the agent to be running."""
+        return self.age_s(now) <= MISSED_HEARTBEATS * self.heartbeat_s + STALE_MARGIN_S
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> AgentRecord:
+        """Parse a stored record; `ValueError` when it is not one."""
+        try:
+            doc = json.loads(raw)
+            # Fields a newer agent may add are ignored; missing ones are an error.
+            return cls(**{k: v for k, v in doc.items() if k in cls.__dataclass_fields__})
+        except (json.JSONDecodeError, AttributeError, TypeError) as error:
+            raise ValueError(f"not an agent record: {error}") from error
+
+
+class AgentRegistry:
+    """The agent records of one cluster."""
+
+    def __init__(self, gcs: ClusterGcs) -> None:
+        self.gcs = gcs
+
+    def put(self, record: AgentRecord) -> None:
+        self.gcs.kv_put(NAMESPACE, record.key, record.to_json())
+
+    def get(self, node_id: str) -> AgentRecord | None:
+        raw = self.gcs.kv_get(NAMESPACE, KEY_PREFIX + node_id)
+        return _parse(KEY_PREFIX + node_id, raw) if raw is not None else None
+
+    def records(self) -> list[AgentRecord]:
+        """Every record, live or not, sorted by node id; unreadable entries are skipped."""
+        found = (_parse(key, raw) for key, raw in self.gcs.kv_items(NAMESPACE, KEY_PREFIX).items())
+        return sorted((r for r in found if r is not None), key=lambda r: r.node_id)
+
+    def live(self, now: float | None = None) -> list[AgentRecord]:
+        """The records whose agents are still heart-beating."""
+        return [r for r in self.records() if r.is_live(now)]
+
+    def remove(self, node_id: str, pid: int | None = None) -> bool:
+        """Delete a node's record; with `pid`, only while it is still that process's."""
+        if pid is not None:
+            current = self.get(node_id)
+            if current is None or current.pid != pid:
+                return False
+        return self.gcs.kv_delete(NAMESPACE, KEY_PREFIX + node_id)
+
+
+def _parse(key: str, raw: bytes) -> AgentRecord | None:
+    try:
+        return AgentRecord.from_json(raw)
+    except ValueError as error:
+        log.warning("skipping registry entry %s: %s", key, error)
+        return None
+
+
+def _gone(record: AgentRecord) -> bool:
+    """True when the record's process ran on this host and has exited (a predecessor)."""
+    if record.hostname != socket.gethostname():
+        return False
+    try:
+        os.kill(record.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def advertised_url(host: str, port: int, node_ip: str) -> str:
+    """The URL others reach the agent at: the node's IP when it listens on every address."""
+    if host in _WILDCARD_HOSTS:
+        host = node_ip
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+class Registration:
+    """Agent extension: registers the agent once it serves, heart-beats, deletes on stop.
+
+    Finds its Ray node the way attribution does (the configured address and
+    node id, else the node on this host) and retries every interval while Ray
+    cannot be reached, so an agent started before its node still registers.
+    """
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.interval_s = config.register_interval_s
+        self._config = config
+        self._record: AgentRecord | None = None
+        self._registry: AgentRegistry | None = None
+        self._task: asyncio.Task | None = None
+        self._stopping = asyncio.Event()
+        self._last_error: str | None = None
+
+    @property
+    def record(self) -> AgentRecord | None:
+        """The record as last written, None until the first registration succeeds."""
+        return self._record
+
+    async def start(self, agent: Agent) -> None:
+        self._task = asyncio.create_task(self._run(agent), name="ray-accel-registration")
+
+    async def stop(self) -> None:
+        # Let a heartbeat in flight finish rather than cancel it: its thread would
+        # go on and could write the record again after it is deleted below.
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        if self._record is not None and self._registry is not None:
+            try:
+                await asyncio.to_thread(self._registry.remove, self._record.node_id,
+                                        self._record.pid)
+            except RaySourceError as error:
+                log.warning("could not remove the registration: %s", error)
+            await asyncio.to_thread(self._registry.gcs.close)
+
+    async def _run(self, agent: Agent) -> None:
+        while not self._stopping.is_set():
+            try:
+                await asyncio.to_thread(self.beat, agent)
+                self._report("")
+            except (RayNotFound, RaySourceError) as error:
+                self._report(str(error))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval_s)
+
+    def beat(self, agent: Agent) -> AgentRecord:
+        """Write the record with a fresh heartbeat (finding the Ray node first if needed)."""
+        if self._record is None or self._registry is None:
+            self._record, self._registry = self._first_record(agent)
+        record = replace(self._record, heartbeat_at=time.time())
+        try:
+            self._registry.put(record)
+        except RaySourceError:
+            # The node may have been replaced (a restarted raylet has a new id): look again.
+            self._registry.gcs.close()
+            self._record = self._registry = None
+            raise
+        self._record = record
+        return record
+
+    def _first_record(self, agent: Agent) -> tuple[AgentRecord, AgentRegistry]:
+        with RaySources.discover(self._config.ray_address, self._config.ray_node_id) as sources:
+            node = sources.node
+        now = time.time()
+        record = AgentRecord(
+            node_id=node.node_id, node_ip=node.node_ip,
+            url=advertised_url(self._config.host, agent.port or 0, node.node_ip),
+            pid=os.getpid(), hostname=socket.gethostname(), started_at=now, heartbeat_at=now,
+            heartbeat_s=self.interval_s,
+            simulated=agent.sampler.node_labels.get("simulated") == "true",
+            deployed=self._config.deployed, version=agent.sampler.agent_facts.get("version", ""),
+        )
+        registry = AgentRegistry(ClusterGcs(node.gcs_address))
+        try:
+            other = registry.get(node.node_id)
+        except RaySourceError:
+            registry.gcs.close()
+            raise
+        if other is not None and other.is_live() and not _gone(other):
+            log.warning("node %s already has a live agent registered (pid %s on %s, %s); "
+                        "run one agent per node: the two will keep replacing each other's "
+                        "record", node.node_id, other.pid, other.hostname, other.url)
+        return record, registry
+
+    def _report(self, error: str) -> None:
+        # Log changes only, so a cluster that stays away does not flood the log.
+        if error == self._last_error:
+            return
+        if error:
+            log.warning("not registered in the Ray cluster: %s", error)
+        elif self._record is not None:
+            log.info("registered in the Ray cluster as node %s at %s", self._record.node_id,
+                     self._record.url)
+        self._last_error = error

@@ -1,0 +1,248 @@
+"""OpenTelemetry export of node snapshots over OTLP (gRPC or HTTP/protobuf).
+
+Every export reads the store's latest snapshot (never a vendor library) and
+sends each catalog metric under its catalog name, unit and description. The
+data points are the very series the Prometheus endpoint renders for that
+snapshot (`snapshot_families`), so attributes and values match it one for one;
+counters are cumulative sums, info metrics gauges of 1. The node's identity is
+also put on the resource: `host.name`, `ray.node.id`, `ray.accelerator.simulated`.
+
+The points are built per export instead of going through SDK observable
+instruments: the SDK keeps every attribute set it has ever seen, so labels
+that churn (task ids, pids) would reach its cardinality limit and collapse into
+an overflow series after a while. The SDK's OTLP exporters still do the
+sending, with their own handling of the OTEL_EXPORTER_OTLP_* variables
+(headers, TLS, compression, timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Metric,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from ..catalog import CATALOG, Kind
+from ..model import NodeSnapshot
+from .prometheus import snapshot_families
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+GRPC = "grpc"
+HTTP_PROTOBUF = "http/protobuf"
+PROTOCOLS = (GRPC, HTTP_PROTOBUF)
+DEFAULT_INTERVAL_S = 10.0
+SERVICE_NAME = "ray-accel-agent"
+SCOPE_NAME = "ray_accel.exporter"
+_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_INTERVAL_VARIABLE = "OTEL_METRIC_EXPORT_INTERVAL"  # milliseconds, per the specification
+HTTP_METRICS_PATH = "/v1/metrics"
+
+
+@dataclass(frozen=True)
+class OtlpSettings:
+    """Where and how often to export. `endpoint` None: the exporter reads OTEL_* itself."""
+
+    protocol: str
+    interval_s: float
+    endpoint: str | None = None
+
+
+def otlp_settings(endpoint: str | None, protocol: str | None, interval_s: float | None,
+                  environ: Mapping[str, str]) -> OtlpSettings | None:
+    """The export settings from flags, falling back on the standard variables.
+
+    Export is on when an endpoint is given here or in OTEL_EXPORTER_OTLP_ENDPOINT
+    / OTEL_EXPORTER_OTLP_METRICS_ENDPOINT; None means off. Raises `ValueError`
+    naming the bad flag or variable.
+    """
+    if endpoint is None and not any(environ.get(v) for v in _ENDPOINT_VARIABLES):
+        if protocol is not None or interval_s is not None:
+            raise ValueError("--otlp-protocol and --otlp-interval need an endpoint: "
+                             "--otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")
+        return None
+    if endpoint is not None:
+        endpoint = _checked_endpoint(endpoint)
+    chosen = protocol or next((environ[v] for v in _PROTOCOL_VARIABLES if environ.get(v)), GRPC)
+    if chosen not in PROTOCOLS:
+        source = "--otlp-protocol" if protocol else "OTEL_EXPORTER_OTLP_PROTOCOL"
+        raise ValueError(f"{source} must be one of {', '.join(PROTOCOLS)}, got {chosen!r}")
+    if interval_s is None:
+        interval_s = _interval_from(environ)
+    if endpoint is not None and chosen == HTTP_PROTOBUF:
+        endpoint = _with_metrics_path(endpoint)
+    return OtlpSettings(protocol=chosen, interval_s=interval_s, endpoint=endpoint)
+
+
+def _checked_endpoint(endpoint: str) -> str:
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"--otlp-endpoint must be an http:// or https:// URL with a host, "
+                         f"got {endpoint!r}")
+    try:
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise ValueError(f"--otlp-endpoint has an invalid port: {endpoint!r}") from None
+    return endpoint
+
+
+def _with_metrics_path(endpoint: str) -> str:
+    # Like OTEL_EXPORTER_OTLP_ENDPOINT: a base URL gets the signal path appended.
+    parts = urlsplit(endpoint)
+    if parts.path in ("", "/"):
+        return urlunsplit(parts._replace(path=HTTP_METRICS_PATH))
+    return endpoint
+
+
+def _interval_from(environ: Mapping[str, str]) -> float:
+    raw = environ.get(_INTERVAL_VARIABLE)
+    if not raw:
+        return DEFAULT_INTERVAL_S
+    try:
+        milliseconds = float(raw)
+    except ValueError:
+        raise ValueError(f"{_INTERVAL_VARIABLE} must be milliseconds, got {raw!r}") from None
+    if milliseconds <= 0:
+        raise ValueError(f"{_INTERVAL_VARIABLE} must be positive, got {raw!r}")
+    return milliseconds / 1000
+
+
+def create_exporter(settings: OtlpSettings) -> MetricExporter:
+    """The SDK's OTLP metric exporter for the protocol."""
+    if settings.protocol == HTTP_PROTOBUF:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    return OTLPMetricExporter(endpoint=settings.endpoint)
+
+
+def node_resource(snapshot: NodeSnapshot) -> Resource:
+    """The node's identity as resource attributes, merged with OTEL_RESOURCE_ATTRIBUTES."""
+    labels = snapshot.node_labels
+    identity: dict[str, str | bool] = {
+        "host.name": socket.gethostname(),
+        "service.version": snapshot.agent_facts.get("version", ""),
+        "ray.accelerator.simulated": labels.get("simulated") == "true",
+    }
+    if labels.get("ray_node_id"):
+        identity["ray.node.id"] = labels["ray_node_id"]
+    resource = Resource.create(identity)
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
+    return resource
+
+
+def snapshot_metrics(snapshot: NodeSnapshot, start_time_ns: int) -> list[Metric]:
+    """Every catalog metric present in the snapshot, with the Prometheus endpoint's series."""
+    families = {family.name: family for family in snapshot_families(snapshot)}
+    taken_ns = int(snapshot.taken_at * 1e9)
+    metrics = []
+    for spec in CATALOG:
+        family = families.get(spec.prometheus_family)
+        if family is None:
+            continue
+        counter = spec.kind is Kind.COUNTER
+        points = [
+            NumberDataPoint(attributes=dict(sample.labels),
+                            start_time_unix_nano=start_time_ns if counter else 0,
+                            time_unix_nano=taken_ns, value=float(sample.value))
+            for sample in family.samples if sample.name == spec.prometheus_name
+        ]
+        data = (Sum(points, AggregationTemporality.CUMULATIVE, is_monotonic=True) if counter
+                else Gauge(points))
+        metrics.append(Metric(spec.name, spec.description, spec.unit, data))
+    return metrics
+
+
+def metrics_data(snapshot: NodeSnapshot, start_time_ns: int) -> MetricsData:
+    """One OTLP export's worth of data for a snapshot."""
+    scope = InstrumentationScope(SCOPE_NAME, snapshot.agent_facts.get("version") or None)
+    return MetricsData([ResourceMetrics(
+        node_resource(snapshot),
+        [ScopeMetrics(scope, snapshot_metrics(snapshot, start_time_ns), "")],
+        "",
+    )])
+
+
+class OtlpSink:
+    """Agent extension: exports the latest snapshot every `interval_s` on its own thread."""
+
+    def __init__(self, settings: OtlpSettings, exporter: MetricExporter | None = None) -> None:
+        self.settings = settings
+        self._exporter = exporter
+        self._store: SnapshotStore | None = None
+        self._start_ns = time.time_ns()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    async def start(self, agent: Agent) -> None:
+        self._store = agent.store
+        if self._exporter is None:
+            self._exporter = create_exporter(self.settings)
+        self._thread = threading.Thread(target=self._loop, name="ray-accel-otlp", daemon=True)
+        self._thread.start()
+        log.info("exporting OTLP (%s) to %s every %g s", self.settings.protocol,
+                 self.settings.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint",
+                 self.settings.interval_s)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        if self._exporter is not None:
+            await asyncio.to_thread(self._exporter.shutdown)
+
+    def export_once(self) -> bool:
+        """Send the latest snapshot now; True when the receiver took it."""
+        snapshot = self._store.latest if self._store is not None else None
+        if snapshot is None or self._exporter is None:
+            return False
+        # At most one interval (within 1-10 s), so a collector that hangs delays neither
+        # the next export nor the agent's stop for long.
+        timeout_s = min(max(self.settings.interval_s, 1.0), 10.0)
+        result = self._exporter.export(metrics_data(snapshot, self._start_ns),
+                                       timeout_millis=timeout_s * 1000)
+        ok = result is MetricExportResult.SUCCESS
+        if ok == self._failing:  # log changes only
+            log.log(logging.INFO if ok else logging.WARNING, "OTLP export %s",
+                    "works again" if ok else "failed; retrying every interval")
+        self._failing = not ok
+        return ok
+
+    def _loop(self) -> None:
+        # The first export goes out as soon as there is a snapshot, then on the interval.
+        while self._store is not None and not self._stop.is_set():
+            if self._store.wait_for_cycle(1, timeout=0.2) is not None:
+                break
+        while not self._stop.is_set():
+            try:
+                self.export_once()
+            except Exception:  # export must never take the agent down
+                log.exception("OTLP export failed")
+            self._stop.wait(self.settings.interval_s)
