@@ -1,0 +1,76 @@
+"""Renders docs/alerts.md: how to load the rules, the thresholds, and a runbook per rule."""
+
+from __future__ import annotations
+
+from ..promql import duration
+from ..thresholds import describe
+from .model import Group
+from .rules_file import anchor
+
+INTRO = """\
+# Alert rules
+
+Generated from `grafana/alerts/rules.py` by `make grafana` (`ray-accel grafana`);
+do not edit by hand. Each rule's `runbook_url` points at its section below.
+
+## Loading the rules
+
+`ray-accel grafana --out DIR` writes `DIR/prometheus/ray-accel-alerts.yml`
+(the committed copy with default thresholds is
+`grafana/generated/prometheus/ray-accel-alerts.yml`). Add it to Prometheus:
+
+```yaml
+rule_files:
+  - /etc/prometheus/ray-accel-alerts.yml
+```
+
+The rules expect the agents' series as they publish them (labels kept:
+`honor_labels: true`, see `deploy/prometheus/prometheus.yml`) and the agents'
+scrape job to be named `{job}` (change with `--agent-job`). Next to the rules,
+`ray-accel-alerts.test.yml` holds promtool unit tests:
+`promtool test rules ray-accel-alerts.test.yml`.
+
+Every alert carries a `severity` label (`critical`, `warning`, `info`) and the
+annotations `summary`, `description` and `runbook_url`; the device's and the
+Ray worker's labels (`ray_node_id`, `index`, `uuid`, `pid`, `ray_actor_id`, ...)
+come from the series, so Alertmanager can route and silence on them. To
+silence one device, match on `uuid`; one node, on `ray_node_id`; one kind of
+actor, on `actor_class`.
+
+## Thresholds
+
+Change them with `ray-accel grafana --alert-threshold NAME=VALUE` (repeatable) or
+`--thresholds FILE` (a YAML mapping; `grafana/generated/prometheus/alert-thresholds.yml`
+lists every one). Durations take Prometheus syntax (`15m`, `90s`); ratios are 0-1.
+
+| Threshold | Default | Meaning |
+|---|---|---|
+"""
+
+
+def _bullets(items: tuple[str, ...]) -> str:
+    return "\n".join(f"- {item}" for item in items)
+
+
+def render(groups: tuple[Group, ...], job: str) -> str:
+    """The whole of docs/alerts.md."""
+    parts = [INTRO.format(job=job)]
+    parts.append("\n".join(f"| `{name}` | `{default}` | {help_text} |"
+                           for name, _, default, help_text in describe()))
+    parts.append("\n\n## Rules\n\n| Alert | Severity | Group |\n|---|---|---|\n")
+    parts.append("\n".join(f"| [{rule.name}](#{anchor(rule)}) | {rule.severity.value} | "
+                           f"{group.name} |" for group in groups for rule in group.rules))
+    for group in groups:
+        for rule in group.rules:
+            held = f" for `{duration(rule.for_s)}`" if rule.for_s else ""
+            knobs = ", ".join(f"`{n}`" for n in rule.thresholds) or "none"
+            parts.append(
+                f"\n\n## {rule.name}\n\n"
+                f"**Severity:** {rule.severity.value}. **Fires when** the expression below "
+                f"holds{held}. **Thresholds:** {knobs}.\n\n"
+                f"```promql\n{rule.expr}\n```\n\n"
+                f"**What it means.** {rule.runbook.meaning}\n\n"
+                f"**Likely causes.**\n\n{_bullets(rule.runbook.causes)}\n\n"
+                f"**What to check.**\n\n{_bullets(rule.runbook.checks)}\n\n"
+                f"**Silence or tune.** {rule.runbook.tuning}")
+    return "".join(parts) + "\n"

@@ -1,0 +1,101 @@
+"""Interconnect and topology: NVLink/XGMI and PCIe bandwidth per link, link state and errors,
+PCIe generation and width against their maximum, and how devices reach each other."""
+
+from __future__ import annotations
+
+from ray_accel.exporter import catalog as m
+
+from ..promql import eq
+from . import uids
+from .common import Board, Query, Section, rate, sel, table, timeseries
+
+FABRIC = 'link_type!="pcie"'  # NVLink, XGMI: device-to-device links
+PCIE = eq("link_type", "pcie")
+DEVICE = "GPU {{index}} {{ray_node_id}}"
+HIDDEN = ("Time", "SessionName", "simulated", "vendor", "model", "Value")
+
+
+def _pcie_state(name: str, state: str) -> Query:
+    return Query(f"max by (ray_node_id, index, uuid) ({sel(name, eq('state', state))})")
+
+
+def _downtrained(name: str) -> str:
+    return (f"{sel(name, eq('state', 'current'))} < ignoring(state) "
+            f"{sel(name, eq('state', 'max'))}")
+
+
+def board() -> Board:
+    return Board(
+        uid=uids.INTERCONNECT,
+        title="Accelerators: interconnect and topology",
+        description="Traffic on every NVLink/XGMI link and PCIe host link, link state and "
+                    "errors, PCIe links running below their maximum, and the device topology "
+                    "(nvidia-smi topo -m).",
+        sections=[
+            Section("Bandwidth", [
+                timeseries("NVLink / XGMI bandwidth per device", "Bytes per second over all "
+                           "device-to-device links of each device, by direction.",
+                           Query("sum by (ray_node_id, index, direction) "
+                                 f"({rate(sel(m.LINK_IO, FABRIC))})", DEVICE + " {{direction}}"),
+                           unit="Bps"),
+                timeseries("PCIe bandwidth per device", "Bytes per second over each device's "
+                           "PCIe host link, by direction.",
+                           Query(rate(sel(m.LINK_IO, PCIE)), DEVICE + " {{direction}}"),
+                           unit="Bps"),
+                timeseries("Bandwidth per link", "Bytes per second on each NVLink/XGMI link: "
+                           "an uneven spread points at a slow or missing link.",
+                           Query(rate(sel(m.LINK_IO, FABRIC)),
+                                 "GPU {{index}} {{link_type}} {{link}} {{direction}}"),
+                           unit="Bps", width=24, height=10),
+            ]),
+            Section("Link health", [
+                table("Links down", "Links that exist but are not trained and active.",
+                      Query(f"{sel(m.LINK_UP)} == 0"), hidden=HIDDEN, width=8),
+                timeseries("Active links per device", "Links up, per device and link type.",
+                           Query("sum by (ray_node_id, index, link_type) "
+                                 f"({sel(m.LINK_UP)})", DEVICE + " {{link_type}}"), width=8),
+                timeseries("Link errors", "Link-level errors per second, by link and type.",
+                           Query("sum by (ray_node_id, index, link, error_type) "
+                                 f"({rate(sel(m.LINK_ERRORS))})",
+                                 "GPU {{index}} link {{link}} {{error_type}}"), width=8),
+                timeseries("PCIe replays", "PCIe packets the device had to resend, per second.",
+                           Query(rate(sel(m.HW_ERRORS, eq("error_type", "pcie_replay"))),
+                                 DEVICE), width=8),
+            ]),
+            Section("PCIe link state", [
+                table("PCIe link state", "Current PCIe generation and width of each device "
+                      "against the most the device and slot support.",
+                      _pcie_state(m.PCIE_GENERATION, "current"),
+                      _pcie_state(m.PCIE_GENERATION, "max"),
+                      _pcie_state(m.PCIE_WIDTH, "current"), _pcie_state(m.PCIE_WIDTH, "max"),
+                      names={"Value #A": "Gen", "Value #B": "Max gen", "Value #C": "Width",
+                             "Value #D": "Max width"}, width=12),
+                table("Downtrained PCIe links", "Links running narrower, or at a lower "
+                      "generation, than their maximum (a lower generation is normal while idle).",
+                      Query(_downtrained(m.PCIE_WIDTH)), Query(_downtrained(m.PCIE_GENERATION)),
+                      names={"Value #A": "Width", "Value #B": "Gen"}, width=12),
+                timeseries("PCIe generation", "Current and maximum PCIe generation.",
+                           Query(sel(m.PCIE_GENERATION), DEVICE + " {{state}}")),
+                timeseries("PCIe width", "Current and maximum PCIe width (lanes).",
+                           Query(sel(m.PCIE_WIDTH), DEVICE + " {{state}}")),
+            ]),
+            Section("Topology", [
+                table("Device topology", "How each device (row) reaches each peer (column), as "
+                      "in nvidia-smi topo -m: NV# for NVLinks, PIX/PXB/PHB/NODE/SYS for PCIe "
+                      "paths. Select one node.",
+                      Query(sel(m.TOPOLOGY)), matrix={"rowField": "index",
+                                                      "columnField": "peer_index",
+                                                      "valueField": "connection"}),
+                table("Peer-to-peer access", "Each device pair, its connection and whether "
+                      "peer-to-peer access works.", Query(sel(m.TOPOLOGY)),
+                      hidden=HIDDEN, width=12),
+                table("Links", "What each link connects to.", Query(sel(m.LINK_INFO)),
+                      hidden=HIDDEN, width=12),
+                table("NUMA, CPU affinity and NVLink domain", "Where each device sits relative "
+                      "to CPUs, NICs and the NVLink fabric.",
+                      Query(f"max by (ray_node_id, index, numa_node, cpu_affinity, "
+                            f"nvlink_domain, nearest_nics) ({sel(m.DEVICE_INFO)})"),
+                      hidden=HIDDEN),
+            ]),
+        ],
+    )

@@ -1,0 +1,70 @@
+"""Node detail: every device of the selected nodes, its activity, memory, power, clocks."""
+
+from __future__ import annotations
+
+from ray_accel.exporter import catalog as m
+
+from ..promql import eq, one_of
+from . import uids
+from .common import Board, Query, Section, rate, sel, table, timeseries
+
+DEVICE = "GPU {{index}} {{ray_node_id}}"
+
+
+def board() -> Board:
+    return Board(
+        uid=uids.NODE,
+        title="Accelerators: node detail",
+        description="The devices of the selected Ray nodes one by one: engine utilization, "
+                    "memory, power and energy, temperatures, clocks and performance state.",
+        sections=[
+            Section("Activity", [
+                timeseries("Compute utilization", "Fraction of time the compute/graphics "
+                           "engines were busy.",
+                           Query(sel(m.GPU_UTILIZATION, eq("task", "general")), DEVICE),
+                           unit="percentunit", low=0, high=1),
+                timeseries("Memory bandwidth utilization", "Fraction of time device memory was "
+                           "read or written.", Query(sel(m.MEMORY_BANDWIDTH_UTILIZATION), DEVICE),
+                           unit="percentunit", low=0, high=1),
+                timeseries("Memory in use", "Device memory in use, the driver's reservation, "
+                           "and the total.",
+                           Query(sel(m.MEMORY_USAGE), DEVICE),
+                           Query(sel(m.MEMORY_RESERVED), DEVICE + " reserved"),
+                           Query(f"max by (ray_node_id) ({sel(m.MEMORY_LIMIT)})",
+                                 "total {{ray_node_id}}"), unit="bytes"),
+                timeseries("Encoder and decoder utilization", "Fraction of time the video "
+                           "engines were busy.",
+                           Query(sel(m.GPU_UTILIZATION, one_of("task", "encoder", "decoder")),
+                                 DEVICE + " {{task}}"), unit="percentunit", low=0, high=1),
+            ]),
+            Section("Power, temperature and clocks", [
+                timeseries("Power", "Power drawn, and the limit the driver enforces.",
+                           Query(sel(m.POWER), DEVICE),
+                           Query(sel(m.POWER_LIMIT), DEVICE + " limit"), unit="watt"),
+                timeseries("Average power from the energy counter", "Energy used per second, "
+                           "from the cumulative energy counter (averages over short spikes).",
+                           Query(rate(sel(m.ENERGY)), DEVICE), unit="watt"),
+                timeseries("Temperature", "Temperature of each sensor.",
+                           Query(sel(m.TEMPERATURE), DEVICE + " {{sensor}}"), unit="celsius"),
+                timeseries("Clocks", "Current clock of each domain, and its maximum.",
+                           Query(sel(m.CLOCK_FREQUENCY), DEVICE + " {{clock}}"),
+                           Query(sel(m.CLOCK_MAX_FREQUENCY), DEVICE + " {{clock}} max"),
+                           unit="hertz"),
+                timeseries("Performance state", "P-state: 0 is the highest performance, 15 the "
+                           "lowest.", Query(sel(m.PERFORMANCE_STATE), DEVICE), low=0, high=15),
+                timeseries("Sample age", "Seconds since each device was last read.",
+                           Query(sel(m.DEVICE_SAMPLE_AGE), DEVICE), unit="s"),
+            ]),
+            Section("Devices", [
+                table("Devices", "Static facts about each device.",
+                      Query(sel(m.DEVICE_INFO)), hidden=("Value", "SessionName", "simulated"),
+                      links=[{"title": "Device health",
+                              "url": f"/d/{uids.HEALTH}?${{__url_time_range}}"
+                                     "&${SessionName:queryparam}&${Cluster:queryparam}"
+                                     "&var-node=${__data.fields.ray_node_id}"}]),
+                table("Placement", "Where each node sits: zone, region, rack, slice, NVLink "
+                      "domain.", Query(sel(m.NODE_PLACEMENT)),
+                      hidden=("Value", "SessionName", "simulated"), height=5),
+            ]),
+        ],
+    )
