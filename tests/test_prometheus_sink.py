@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -139,3 +140,19 @@ def test_families_follow_catalog_order_and_render_is_cached():
     first, _ = renderer.render(snapshot, False)
     assert renderer.render(snapshot, False)[0] is first
     assert renderer.render(_snapshot(cycle=8), False)[0] is not first
+
+
+def test_fast_text_writer_matches_prometheus_client_byte_for_byte():
+    from prometheus_client import exposition
+
+    from ray_accel.exporter.sinks.prometheus import text_exposition
+
+    tricky = replace(_snapshot(), agent_facts={"version": 'a"b\\c\nd', "interval_seconds": "1",
+                                               "scenario": "ünïcode"})
+    families = snapshot_families(tricky)
+
+    class Families:
+        def collect(self):
+            return families
+
+    assert text_exposition(families) == exposition.generate_latest(Families())

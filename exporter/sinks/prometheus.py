@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from .. import catalog as m
 from ..attribution.join import allocations
@@ -147,6 +148,40 @@ def snapshot_families(snapshot: NodeSnapshot) -> list[Metric]:
     return list(families.in_catalog_order())
 
 
+_PROMETHEUS_TYPES = {"counter": "counter", "gauge": "gauge", "info": "gauge"}
+_SUFFIXES = {"counter": "_total", "info": "_info"}
+
+
+def _escape_label(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return value
+
+
+def text_exposition(families: Iterable[Metric]) -> bytes:
+    """The Prometheus text format (0.0.4) of our families.
+
+    Equivalent to prometheus_client's `generate_latest` for the families this
+    sink builds (gauges, counters and infos, no timestamps), and several times
+    faster: label names are known to be valid, so only values need escaping,
+    and the label names of a family are formatted once.
+    """
+    out: list[str] = []
+    for family in families:
+        name = family.name + _SUFFIXES.get(family.type, "")
+        documentation = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {name} {documentation}\n# TYPE {name} "
+                   f"{_PROMETHEUS_TYPES.get(family.type, 'untyped')}\n")
+        for sample in family.samples:
+            labels = sample.labels
+            if labels:
+                pairs = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(labels.items()))
+                out.append(f"{sample.name}{{{pairs}}} {floatToGoString(sample.value)}\n")
+            else:
+                out.append(f"{sample.name} {floatToGoString(sample.value)}\n")
+    return "".join(out).encode()
+
+
 class _FixedCollector:
     """Adapts a list of families to the `collect()` interface exposition expects."""
 
@@ -201,8 +236,10 @@ class PrometheusRenderer:
                         if f.name in names or any(s.name in names for s in f.samples)]
             extra = []
         collector = _FixedCollector(families, extra)
-        generate = openmetrics.generate_latest if openmetrics_format else exposition.generate_latest
-        body = generate(collector)
+        if openmetrics_format:
+            body = openmetrics.generate_latest(collector)
+        else:
+            body = text_exposition(collector.collect())
         if not names:
             with self._lock:
                 self._cache[openmetrics_format] = (*key, body)
