@@ -8,7 +8,7 @@ INSTALLED := $(VENV)/.installed
 DEMO_SCENARIO ?= hgx-h200
 DEMO_PORT ?= 9478
 
-.PHONY: env system-deps demo test lint docs check-docs soak clean
+.PHONY: env system-deps demo test lint docs check-docs soak clean grafana bench frontend frontend-deps
 
 $(INSTALLED): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -32,11 +32,36 @@ lint: env
 docs: env
 	$(VENV)/bin/ray-accel catalog > docs/metrics.md
 
-test: env system-deps lint
+# Regenerates grafana/generated/ (boards, provider, alert rules and their tests) and
+# docs/alerts.md from grafana/; a test fails when they are out of date.
+grafana: env
+	$(PY) -m ray_accel.grafana.generate
+
+# The Accelerators tab (frontend/): node modules from the lock file, and the bundle built
+# into dashboard_module/static/ (committed, so installing the package needs no Node.js;
+# a test fails when it is older than its sources).
+FRONTEND_DEPS := frontend/node_modules/.package-lock.json
+$(FRONTEND_DEPS): frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund
+	touch $@
+
+frontend-deps: system-deps $(FRONTEND_DEPS)
+
+frontend: env frontend-deps
+	cd frontend && npm run build
+	$(PY) -m ray_accel.dashboard_module.frontend_build --write
+
+test: env system-deps lint frontend-deps
+	cd frontend && npm test
 	$(PY) -m pytest
+
+# Rewrites docs/benchmarks.md: collection cost beside Ray's own provider, scrape cost,
+# memory under process churn, the smallest sampling interval under 1% of a core.
+bench: env system-deps
+	$(PY) bench/run.py
 
 soak: env system-deps
 	$(PY) -m pytest -m slow
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache frontend/node_modules

@@ -57,6 +57,7 @@ class AgentConfig:
     ray_node_id: str | None = None
     attribution_interval_s: float = 2.0
     task_id_cap: int = DEFAULT_TASK_ID_CAP
+    names: bool = True  # actor classes/names and task names in labels
     # Registration in the Ray cluster's GCS (exporter/cluster/registry.py); 0 turns it off.
     register_interval_s: float = 10.0
     deployed: bool = False  # started by `ray-accel deploy` as a Ray actor
@@ -122,6 +123,7 @@ class Agent:
             lambda: RaySources.discover(config.ray_address, config.ray_node_id),
             interval_s=config.attribution_interval_s,
             guard=TaskIdGuard(cap=config.task_id_cap),
+            names=config.names,
         )
 
     @property

@@ -8,6 +8,9 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+from ..dashboard_module.standalone import register as register_dashboard
+from ..grafana.cli import register as register_grafana
+from . import topo_command
 from .agent import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, Agent, AgentConfig, serve_forever
 from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
@@ -85,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
                      default=DEFAULT_TASK_ID_CAP, metavar="N",
                      help="distinct ray_task_id label values per 10 minutes (default "
                           f"{DEFAULT_TASK_ID_CAP}); beyond it the label is left empty")
+    ray.add_argument("--hide-names", action="store_true",
+                     help="leave actor classes, actor names and task names out of labels "
+                          "(pids and Ray ids only)")
+    from .cluster.cli import add_agent_arguments, register
+
+    add_agent_arguments(agent)
     agent.set_defaults(run=_run_agent)
 
     demo = commands.add_parser(
@@ -101,10 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     catalog = commands.add_parser("catalog", help="print the metric catalog as Markdown")
     catalog.set_defaults(run=_print_catalog)
+
+    topo = commands.add_parser(
+        "topo", help="print this node's device topology, or the cluster's nodes by domain")
+    topo_command.add_arguments(topo)
+    topo.set_defaults(run=_print_topology)
+    register(commands)  # deploy, undeploy, status, sd-file
+    register_grafana(commands)  # grafana
+    register_dashboard(commands)  # dashboard
     return parser
 
 
 def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .cluster.cli import agent_options
+
     if args.backends:
         unknown = sorted(set(args.backends) - set(available_backends()))
         if unknown:
@@ -127,7 +146,8 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                          ray=not args.no_ray, ray_address=args.ray_address,
                          ray_node_id=args.ray_node_id,
                          attribution_interval_s=args.attribution_interval,
-                         task_id_cap=args.task_id_cap)
+                         task_id_cap=args.task_id_cap, names=not args.hide_names,
+                         **agent_options(args, parser))
     try:
         asyncio.run(serve_forever(Agent(config)))
     except OSError as error:
@@ -152,6 +172,17 @@ def _list_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
     for name in available_scenarios():
         print(name)
+    return 0
+
+
+def _print_topology(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .attribution.ray_sources import RayNotFound, RaySourceError
+
+    try:
+        sys.stdout.write(topo_command.run(args))
+    except (RayNotFound, RaySourceError) as error:
+        print(f"ray-accel topo: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

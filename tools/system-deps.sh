@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs the system packages the test suite uses (Debian): Prometheus and
-# promtool, and a C compiler for the simulated NVML library. Runs apt-get only
-# for what is missing.
+# promtool, a C compiler for the simulated NVML library, Node.js and npm for the
+# Accelerators tab's frontend, and Chromium for its browser tests. Runs apt-get
+# only for what is missing.
 set -euo pipefail
 
 declare -A PACKAGE_FOR=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [cc]=gcc
+  [node]=nodejs
+  [npm]=npm
+  [chromium]=chromium
 )
 
 missing=()

@@ -1,0 +1,405 @@
+"""Cluster views computed from every node's reduced snapshot, once per refresh round.
+
+`build_view()` walks all nodes once and produces everything the API serves:
+the cluster summary, the heatmap of every device, the findings, and the
+workload index (job -> actor/task/worker -> devices). Requests only read the
+finished `ClusterView`; they never aggregate and never wait on an agent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .reduce import HARMFUL_THROTTLE_REASONS
+
+# Device health, worst first.
+DOWN, STALE, WARNING, OK = "down", "stale", "warning", "ok"
+# Node status.
+NODE_OK, NODE_STALE, NODE_UNREACHABLE, NODE_WAITING = "ok", "stale", "unreachable", "waiting"
+SEVERITIES = ("critical", "warning", "info")
+FINDING_KINDS = ("device_down", "node_unreachable", "node_stale", "device_stale",
+                 "idle_allocation", "throttling", "ecc_uncorrected", "row_remap", "xid",
+                 "pcie_downtrained", "link_down")
+# A lower PCIe generation than the maximum only counts as downtrained on a busy device:
+# an idle device drops its link speed to save power (grafana/thresholds.py uses the same).
+PCIE_BUSY_UTILIZATION = 0.10
+
+
+@dataclass
+class NodeState:
+    """What the aggregator knows about one node's agent."""
+
+    node_id: str
+    url: str
+    hostname: str = ""
+    node_ip: str = ""
+    simulated: bool = False
+    data: dict[str, Any] | None = None  # the reduced snapshot (reduce.reduce_snapshot)
+    fetched_at: float | None = None  # when the last good snapshot arrived
+    error: str = ""  # why the last fetch failed; empty when it succeeded
+    fetch_duration_s: float | None = None
+
+    def status(self, now: float, refresh_s: float) -> str:
+        if self.data is None:
+            return NODE_UNREACHABLE if self.error else NODE_WAITING
+        if self.error:
+            return NODE_UNREACHABLE
+        interval = self.data.get("interval_s") or 1.0
+        if now - self.data["taken_at"] > max(3 * interval, 2.0) + refresh_s:
+            return NODE_STALE
+        return NODE_OK
+
+
+@dataclass
+class ClusterView:
+    """One round's aggregation; immutable once built."""
+
+    generated_at: float
+    refresh_s: float
+    nodes: dict[str, NodeState]
+    statuses: dict[str, str]
+    summary: dict[str, Any]
+    heatmap: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
+    device_findings: dict[str, list[dict[str, Any]]]
+    health: dict[str, str]  # device uuid -> health
+    jobs: dict[str, dict[str, Any]]
+    units: dict[str, dict[str, Any]]  # unit key -> actor/task/worker entry
+    actors: dict[str, str] = field(default_factory=dict)  # actor id -> unit key
+    tasks: dict[str, str] = field(default_factory=dict)  # task id -> unit key
+
+
+def _finding(kind: str, severity: str, node: NodeState, message: str,
+             device: dict[str, Any] | None = None, **details: Any) -> dict[str, Any]:
+    found = {"kind": kind, "severity": severity, "node_id": node.node_id,
+             "hostname": node.hostname, "message": message,
+             "device_uuid": device["uuid"] if device else "",
+             "device_index": device["index"] if device else ""}
+    if details:
+        found["details"] = details
+    return found
+
+
+def device_findings(node: NodeState, device: dict[str, Any]) -> list[dict[str, Any]]:
+    """Everything wrong with one device, most severe first."""
+    name = f"GPU {device['index']} ({device['model']})"
+    if not device["up"]:
+        return [_finding("device_down", "critical", node, f"{name} is not answering", device,
+                         errors=device["errors"])]
+    found = []
+    if device["stale"]:
+        found.append(_finding("device_stale", "warning", node,
+                              f"{name}: values are {device['age_s'] or 0:.0f} s old", device))
+    if device["ecc_uncorrected"]:
+        found.append(_finding("ecc_uncorrected", "critical", node,
+                              f"{name}: {device['ecc_uncorrected']:.0f} uncorrected ECC errors",
+                              device, count=device["ecc_uncorrected"]))
+    if device["row_remap_failure"] or device["row_remap_pending"]:
+        what = "failed" if device["row_remap_failure"] else "pending (needs a reset)"
+        found.append(_finding("row_remap", "critical" if device["row_remap_failure"] else
+                              "warning", node, f"{name}: row remap {what}", device))
+    if device["xid_errors"]:
+        codes = ", ".join(f"XID {code} x{count:.0f}"
+                          for code, count in sorted(device["xid_errors"].items()))
+        found.append(_finding("xid", "critical", node, f"{name}: {codes}", device,
+                              xid=device["xid_errors"]))
+    harmful = [r for r in device["throttle_reasons"] if r in HARMFUL_THROTTLE_REASONS]
+    if harmful:
+        found.append(_finding("throttling", "warning", node,
+                              f"{name} throttled: {', '.join(harmful)}", device,
+                              reasons=harmful))
+    pcie = device["pcie"]
+    width_low = (pcie["width"] is not None and pcie["width_max"] is not None
+                 and pcie["width"] < pcie["width_max"])
+    busy = (device["utilization"] or 0.0) > PCIE_BUSY_UTILIZATION
+    gen_low = (busy and pcie["generation"] is not None and pcie["generation_max"] is not None
+               and pcie["generation"] < pcie["generation_max"])
+    if width_low or gen_low:
+        found.append(_finding(
+            "pcie_downtrained", "warning", node,
+            f"{name}: PCIe Gen{pcie['generation'] or 0:.0f} x{pcie['width'] or 0:.0f} "
+            f"(capable of Gen{pcie['generation_max'] or 0:.0f} x{pcie['width_max'] or 0:.0f})",
+            device, **pcie))
+    down_links = [f"{link['link_type']} {link['index']}" for link in device["links"]
+                  if link["up"] is False]
+    if down_links:
+        found.append(_finding("link_down", "warning", node,
+                              f"{name}: {len(down_links)} link(s) down: {', '.join(down_links)}",
+                              device, links=down_links))
+    for holder in device["holders"]:
+        if holder["idle"]:
+            who = holder["actor_class"] or holder["task_name"] or f"pid {holder['pid']}"
+            found.append(_finding(
+                "idle_allocation", "warning", node,
+                f"{who} holds {holder['fraction']:g} of {name} and does not use it", device,
+                pid=holder["pid"], ray_job_id=holder["ray_job_id"],
+                ray_actor_id=holder["ray_actor_id"], ray_task_id=holder["ray_task_id"],
+                fraction=holder["fraction"]))
+    return found
+
+
+def _health(device: dict[str, Any], findings: list[dict[str, Any]], node_status: str) -> str:
+    if not device["up"]:
+        return DOWN
+    if device["stale"] or node_status != NODE_OK:
+        return STALE
+    if any(f["kind"] != "idle_allocation" for f in findings):
+        return WARNING
+    return OK
+
+
+def _unit_key(identity: dict[str, Any], node_id: str) -> tuple[str, str]:
+    if identity["ray_actor_id"]:
+        return "actor", identity["ray_actor_id"]
+    if identity["ray_task_id"]:
+        return "task", identity["ray_task_id"]
+    return "worker", f"{node_id}:{identity['pid']}"
+
+
+def _ratio(used: float | None, total: float | None) -> float | None:
+    return used / total if used is not None and total else None
+
+
+class _Workloads:
+    """Collects actor/task/worker entries and their jobs while the nodes are walked."""
+
+    def __init__(self) -> None:
+        self.units: dict[str, dict[str, Any]] = {}
+
+    def _unit(self, identity: dict[str, Any], node: NodeState) -> dict[str, Any]:
+        kind, ident = _unit_key(identity, node.node_id)
+        key = f"{kind}:{ident}"
+        unit = self.units.get(key)
+        if unit is None:
+            unit = self.units[key] = {
+                "key": key, "kind": kind, "job_id": identity["ray_job_id"],
+                "actor_id": identity["ray_actor_id"], "actor_class": identity["actor_class"],
+                "actor_name": identity["actor_name"], "task_id": identity["ray_task_id"],
+                "task_name": identity["task_name"], "worker_id": identity["ray_worker_id"],
+                "pid": identity["pid"], "node_id": node.node_id, "hostname": node.hostname,
+                "devices": [], "gpus": 0.0, "idle": False,
+            }
+        return unit
+
+    def add_device(self, node: NodeState, device: dict[str, Any]) -> None:
+        processes = {p["pid"]: p for p in device["processes"]}
+        seen = set()
+        for holder in device["holders"]:
+            unit = self._unit(holder, node)
+            process = processes.get(holder["pid"], {})
+            seen.add(holder["pid"])
+            unit["devices"].append(self._use(node, device, holder["fraction"], holder["idle"],
+                                             process))
+            unit["gpus"] += holder["fraction"]
+            unit["idle"] = unit["idle"] or holder["idle"]
+            if holder["ray_task_id"] and not unit["task_id"]:
+                unit["task_id"], unit["task_name"] = holder["ray_task_id"], holder["task_name"]
+        # Ray workers using a device they were not assigned (busy but unallocated).
+        for pid, process in processes.items():
+            if pid in seen or not process["ray_job_id"]:
+                continue
+            unit = self._unit(process, node)
+            unit["devices"].append(self._use(node, device, None, False, process))
+
+    @staticmethod
+    def _use(node: NodeState, device: dict[str, Any], fraction: float | None, idle: bool,
+             process: dict[str, Any]) -> dict[str, Any]:
+        return {"node_id": node.node_id, "hostname": node.hostname, "uuid": device["uuid"],
+                "index": device["index"], "model": device["model"], "fraction": fraction,
+                "allocated": fraction is not None, "idle": idle,
+                "utilization": device["utilization"],
+                "memory_used_bytes": device["memory_used_bytes"],
+                "memory_total_bytes": device["memory_total_bytes"],
+                "process_memory_bytes": process.get("memory_bytes"),
+                "process_sm_utilization": process.get("sm_utilization")}
+
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        jobs: dict[str, dict[str, Any]] = {}
+        for unit in self.units.values():
+            job = jobs.setdefault(unit["job_id"], {
+                "job_id": unit["job_id"], "actors": 0, "tasks": 0, "workers": 0,
+                "gpus": 0.0, "devices": 0, "idle_allocations": 0, "nodes": 0,
+                "units": [], "_devices": set(), "_nodes": set()})
+            job[{"actor": "actors", "task": "tasks", "worker": "workers"}[unit["kind"]]] += 1
+            job["gpus"] += unit["gpus"]
+            job["idle_allocations"] += sum(1 for d in unit["devices"] if d["idle"])
+            job["units"].append(unit["key"])
+            job["_devices"].update(d["uuid"] for d in unit["devices"])
+            job["_nodes"].update(d["node_id"] for d in unit["devices"])
+        for job in jobs.values():
+            job["devices"] = len(job.pop("_devices"))
+            job["nodes"] = len(job.pop("_nodes"))
+        return dict(sorted(jobs.items()))
+
+
+class _Totals:
+    def __init__(self) -> None:
+        self.devices = Counter()
+        self.models: dict[tuple[str, str], dict[str, Any]] = {}
+        self.util_sum = 0.0
+        self.util_count = 0
+        self.util_max: float | None = None
+        self.memory_used = 0.0
+        self.memory_total = 0.0
+        self.power = 0.0
+        self.power_limit = 0.0
+
+    def add(self, node: NodeState, device: dict[str, Any], health: str) -> None:
+        self.devices["total"] += 1
+        self.devices[health] += 1
+        self.devices["up"] += device["up"]
+        model = self.models.setdefault((device["vendor"], device["model"]), {
+            "vendor": device["vendor"], "model": device["model"], "devices": 0, "down": 0,
+            "_nodes": set()})
+        model["devices"] += 1
+        model["down"] += not device["up"]
+        model["_nodes"].add(node.node_id)
+        if device["holders"]:
+            self.devices["allocated"] += 1
+        self.devices["idle_allocations"] += sum(1 for h in device["holders"] if h["idle"])
+        if not device["up"]:
+            return
+        if device["utilization"] is not None:
+            self.util_sum += device["utilization"]
+            self.util_count += 1
+            self.util_max = max(self.util_max or 0.0, device["utilization"])
+        self.memory_used += device["memory_used_bytes"] or 0.0
+        self.memory_total += device["memory_total_bytes"] or 0.0
+        self.power += device["power_watts"] or 0.0
+        self.power_limit += device["power_limit_watts"] or 0.0
+
+
+def _round(number: float | None, digits: int) -> float | None:
+    return None if number is None else round(number, digits)
+
+
+def _heat_cell(device: dict[str, Any], health: str) -> dict[str, Any]:
+    return {"uuid": device["uuid"], "index": device["index"], "model": device["model"],
+            "health": health, "util": _round(device["utilization"], 3),
+            "mem": _round(_ratio(device["memory_used_bytes"], device["memory_total_bytes"]), 3),
+            "power": _round(device["power_watts"], 1),
+            "temp": _round(device["temperature_celsius"], 1),
+            "allocated": bool(device["holders"]),
+            "idle": any(h["idle"] for h in device["holders"])}
+
+
+def node_brief(node: NodeState, status: str, now: float) -> dict[str, Any]:
+    """A node's identity and state, without its devices."""
+    data = node.data or {}
+    return {"node_id": node.node_id, "hostname": node.hostname, "node_ip": node.node_ip,
+            "url": node.url, "simulated": node.simulated, "status": status,
+            "error": node.error,
+            "snapshot_age_s": now - data["taken_at"] if data else None,
+            "placement": data.get("placement", {}),
+            "device_count": len(data.get("devices", ()))}
+
+
+def build_view(nodes: Iterable[NodeState], refresh_s: float,
+               now: float | None = None) -> ClusterView:
+    """Aggregate every node's latest data into one view."""
+    now = time.time() if now is None else now
+    by_id = {node.node_id: node for node in nodes}
+    statuses: dict[str, str] = {}
+    totals = _Totals()
+    workloads = _Workloads()
+    findings: list[dict[str, Any]] = []
+    per_device: dict[str, list[dict[str, Any]]] = {}
+    health_of: dict[str, str] = {}
+    heatmap = []
+    for node_id in sorted(by_id):
+        node = by_id[node_id]
+        status = statuses[node_id] = node.status(now, refresh_s)
+        if status == NODE_UNREACHABLE:
+            findings.append(_finding("node_unreachable", "critical", node,
+                                     f"agent at {node.url} does not answer: {node.error}"))
+        elif status == NODE_STALE:
+            age = now - node.data["taken_at"]
+            findings.append(_finding("node_stale", "warning", node,
+                                     f"the agent's last snapshot is {age:.0f} s old"))
+        cells = []
+        for device in (node.data or {}).get("devices", ()):
+            found = device_findings(node, device)
+            health = _health(device, found, status)
+            per_device[device["uuid"]] = found
+            health_of[device["uuid"]] = health
+            findings.extend(found)
+            totals.add(node, device, health)
+            workloads.add_device(node, device)
+            cells.append(_heat_cell(device, health))
+        placement = (node.data or {}).get("placement", {})
+        heatmap.append({"node_id": node_id, "hostname": node.hostname, "status": status,
+                        "nvlink_domain": placement.get("nvlink_domain", ""),
+                        "devices": cells})
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    findings.sort(key=lambda f: (rank[f["severity"]], f["kind"], f["node_id"],
+                                 f["device_index"]))
+    node_counts = Counter(statuses.values())
+    models = []
+    for model in sorted(totals.models.values(), key=lambda m: (m["vendor"], m["model"])):
+        model["nodes"] = len(model.pop("_nodes"))
+        models.append(model)
+    summary = {
+        "nodes": {"total": len(by_id), **{s: node_counts.get(s, 0) for s in (
+            NODE_OK, NODE_STALE, NODE_UNREACHABLE, NODE_WAITING)}},
+        "devices": {"total": totals.devices["total"], "up": totals.devices["up"],
+                    "down": totals.devices[DOWN], "stale": totals.devices[STALE],
+                    "warning": totals.devices[WARNING], "ok": totals.devices[OK],
+                    "allocated": totals.devices["allocated"],
+                    "idle_allocations": totals.devices["idle_allocations"]},
+        "by_model": models,
+        "utilization": {"mean": totals.util_sum / totals.util_count if totals.util_count
+                        else None, "max": totals.util_max},
+        "memory": {"used_bytes": totals.memory_used, "total_bytes": totals.memory_total},
+        "power": {"watts": totals.power, "limit_watts": totals.power_limit},
+        "findings": {"total": len(findings),
+                     "by_severity": {s: sum(1 for f in findings if f["severity"] == s)
+                                     for s in SEVERITIES},
+                     "by_kind": dict(Counter(f["kind"] for f in findings))},
+    }
+    units = workloads.units
+    return ClusterView(
+        generated_at=now, refresh_s=refresh_s, nodes=by_id, statuses=statuses, summary=summary,
+        heatmap=heatmap, findings=findings, device_findings=per_device, health=health_of,
+        jobs=workloads.jobs(), units=units,
+        actors={u["actor_id"]: k for k, u in units.items() if u["actor_id"]},
+        tasks={u["task_id"]: k for k, u in units.items() if u["task_id"]},
+    )
+
+
+def history_values(view: ClusterView) -> dict[str, float | None]:
+    """The values one round adds to the history: cluster, per node and per device."""
+    summary = view.summary
+    values: dict[str, float | None] = {
+        "cluster.utilization": summary["utilization"]["mean"],
+        "cluster.memory_used_bytes": summary["memory"]["used_bytes"],
+        "cluster.power_watts": summary["power"]["watts"],
+        "cluster.idle_allocations": summary["devices"]["idle_allocations"],
+        "cluster.devices_down": summary["devices"]["down"],
+    }
+    for node in view.nodes.values():
+        devices = (node.data or {}).get("devices", ())
+        utils = [d["utilization"] for d in devices if d["up"] and d["utilization"] is not None]
+        values[f"node.{node.node_id}.utilization"] = sum(utils) / len(utils) if utils else None
+        values[f"node.{node.node_id}.power_watts"] = (
+            sum(d["power_watts"] or 0.0 for d in devices if d["up"]) if devices else None)
+        for device in devices:
+            values[f"device.{device['uuid']}.utilization"] = (
+                device["utilization"] if device["up"] else None)
+            values[f"device.{device['uuid']}.memory_used_bytes"] = (
+                device["memory_used_bytes"] if device["up"] else None)
+    return values
+
+
+def empty_view(refresh_s: float) -> ClusterView:
+    return build_view([], refresh_s)
+
+
+def group_findings(findings: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for finding in findings:
+        grouped[finding["node_id"]].append(finding)
+    return grouped

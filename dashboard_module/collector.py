@@ -1,0 +1,178 @@
+"""Finds every node's agent, pulls their snapshots in the background, keeps the latest view.
+
+Each refresh round lists the live agents (from the GCS registry, or any
+`discover` callable), fetches all their snapshots concurrently with a timeout
+each and a cap on requests in flight, reduces them, and builds the next
+`ClusterView`. A node whose agent fails keeps its last data, marked
+unreachable. API requests read `collector.view` only: a slow agent delays the
+next round, never a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+from .aggregate import ClusterView, NodeState, build_view, empty_view, history_values
+from .history import History
+from .reduce import NotASnapshot, reduce_snapshot
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REFRESH_S = 5.0
+DEFAULT_FETCH_TIMEOUT_S = 3.0
+DEFAULT_HISTORY_S = 600.0
+MAX_IN_FLIGHT = 64
+MAX_SNAPSHOT_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class AgentTarget:
+    """Where one node's agent serves."""
+
+    node_id: str
+    url: str
+    hostname: str = ""
+    node_ip: str = ""
+    simulated: bool = False
+
+
+Discover = Callable[[], Awaitable[Sequence[AgentTarget]]]
+
+
+def registry_discovery(gcs_address: str) -> Discover:
+    """Live agents from the cluster's GCS registry (exporter/cluster/registry.py)."""
+    from ..exporter.cluster.gcs import ClusterGcs
+    from ..exporter.cluster.registry import AgentRegistry
+
+    registry = AgentRegistry(ClusterGcs(gcs_address))
+
+    async def discover() -> list[AgentTarget]:
+        records = await asyncio.to_thread(registry.live)
+        return [AgentTarget(r.node_id, r.url, r.hostname, r.node_ip, r.simulated)
+                for r in records]
+
+    return discover
+
+
+class Collector:
+    """Background refresh of every agent's snapshot, and the aggregated view."""
+
+    def __init__(self, discover: Discover, refresh_s: float = DEFAULT_REFRESH_S,
+                 fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
+                 history_s: float = DEFAULT_HISTORY_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        self.discover = discover
+        self.refresh_s = refresh_s
+        self.fetch_timeout_s = fetch_timeout_s
+        self.max_in_flight = max_in_flight
+        self.history = History(max(int(history_s / refresh_s), 1))
+        self.nodes: dict[str, NodeState] = {}
+        self.view: ClusterView = empty_view(refresh_s)
+        self.rounds = 0
+        self.last_round_at: float | None = None
+        self.last_round_duration_s: float | None = None
+        self.discovery_error = ""
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start refreshing in the background (the first round starts at once)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="ray-accel-dashboard-refresh")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.refresh()
+            except Exception:  # keep refreshing whatever one round did
+                log.exception("refresh round failed")
+            await asyncio.sleep(max(self.refresh_s - (time.monotonic() - started), 0.2))
+
+    # -- one round -------------------------------------------------------------------------
+    async def refresh(self) -> ClusterView:
+        """Discover, fetch every agent, rebuild the view; returns it."""
+        started = time.monotonic()
+        try:
+            targets = list(await self.discover())
+            self.discovery_error = ""
+        except Exception as error:  # the GCS away: keep the nodes known so far
+            message = f"cannot list the agents: {error}"
+            if message != self.discovery_error:  # log changes only
+                log.warning("%s", message)
+            self.discovery_error = message
+            targets = None
+        if targets is not None:
+            self._track(targets)
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_in_flight),
+                timeout=aiohttp.ClientTimeout(total=self.fetch_timeout_s))
+        limit = asyncio.Semaphore(self.max_in_flight)
+        await asyncio.gather(*(self._fetch(node, limit) for node in list(self.nodes.values())))
+        nodes = list(self.nodes.values())
+        view = await asyncio.to_thread(build_view, nodes, self.refresh_s)
+        self.history.record(view.generated_at, history_values(view))
+        self.view = view
+        self.rounds += 1
+        self.last_round_at = view.generated_at
+        self.last_round_duration_s = time.monotonic() - started
+        return view
+
+    def _track(self, targets: Sequence[AgentTarget]) -> None:
+        wanted = {t.node_id: t for t in targets if t.node_id}
+        for node_id in list(self.nodes):
+            if node_id not in wanted:
+                del self.nodes[node_id]  # the agent deregistered or stopped heart-beating
+        for node_id, target in wanted.items():
+            node = self.nodes.get(node_id)
+            if node is None or node.url != target.url:
+                self.nodes[node_id] = NodeState(node_id, target.url, target.hostname,
+                                                target.node_ip, target.simulated)
+            else:
+                node.hostname, node.node_ip = target.hostname, target.node_ip
+
+    async def _fetch(self, node: NodeState, limit: asyncio.Semaphore) -> None:
+        async with limit:
+            started = time.monotonic()
+            try:
+                async with self._session.get(node.url.rstrip("/") + "/api/v1/snapshot") as reply:
+                    if reply.status != 200:
+                        raise NotASnapshot(f"HTTP {reply.status}")
+                    body = await reply.content.read(MAX_SNAPSHOT_BYTES + 1)
+                    if len(body) > MAX_SNAPSHOT_BYTES:
+                        raise NotASnapshot("snapshot larger than 64 MiB")
+                data = reduce_snapshot(json.loads(body))
+            except TimeoutError:
+                node.error = f"no answer within {self.fetch_timeout_s:g} s"
+            except (aiohttp.ClientError, OSError) as error:
+                node.error = f"{type(error).__name__}: {error}" if str(error) else \
+                    type(error).__name__
+            except (NotASnapshot, ValueError) as error:
+                node.error = f"bad snapshot: {error}"
+            else:
+                data["node_id"] = data["node_id"] or node.node_id
+                node.data, node.error, node.fetched_at = data, "", time.time()
+            node.fetch_duration_s = time.monotonic() - started
+
+    def inject(self, node: NodeState) -> None:
+        """Add a node with data already fetched (tests and benchmarks)."""
+        self.nodes[node.node_id] = node

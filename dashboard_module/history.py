@@ -1,0 +1,64 @@
+"""Short in-memory history for sparklines: one value per key per refresh round.
+
+Every series shares one ring of timestamps; each key keeps a fixed array of
+doubles (NaN where the round had no value), so a thousand nodes of eight
+devices at ten minutes of five-second rounds cost a few MB. A key not written
+for a whole window is forgotten.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Mapping
+
+_NAN = float("nan")
+
+
+class History:
+    """A ring of `length` rounds; `record()` adds one round."""
+
+    def __init__(self, length: int) -> None:
+        if length < 1:
+            raise ValueError("history length must be at least 1")
+        self.length = length
+        self._times = array("d", [_NAN] * length)
+        self._series: dict[str, array] = {}
+        self._last_round: dict[str, int] = {}
+        self._round = -1
+
+    def record(self, at: float, values: Mapping[str, float | None]) -> None:
+        """Store one round taken at `at` (unix seconds)."""
+        self._round += 1
+        slot = self._round % self.length
+        self._times[slot] = at
+        for key, value in values.items():
+            series = self._series.get(key)
+            if series is None:
+                series = self._series[key] = array("d", [_NAN] * self.length)
+            series[slot] = _NAN if value is None else float(value)
+            self._last_round[key] = self._round
+        for key, last in list(self._last_round.items()):
+            if last != self._round:
+                if self._round - last >= self.length:
+                    del self._series[key], self._last_round[key]
+                else:
+                    self._series[key][slot] = _NAN
+
+    def _order(self) -> list[int]:
+        count = min(self._round + 1, self.length)
+        first = self._round - count + 1
+        return [(first + i) % self.length for i in range(count)]
+
+    def timestamps(self) -> list[float]:
+        return [self._times[i] for i in self._order()]
+
+    def series(self, key: str) -> list[float | None]:
+        """Values of `key` in time order (None where absent); empty if unknown."""
+        values = self._series.get(key)
+        if values is None:
+            return []
+        return [None if math.isnan(values[i]) else values[i] for i in self._order()]
+
+    def many(self, keys: Iterable[str]) -> dict[str, list[float | None]]:
+        return {key: self.series(key) for key in keys}

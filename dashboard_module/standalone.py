@@ -1,0 +1,228 @@
+"""`ray-accel dashboard`: the Accelerators tab on a port of its own, outside Ray's dashboard.
+
+Token support matches Ray's dashboard: with a token configured, every API
+request needs `Authorization: Bearer <token>` (or `X-Ray-Authorization`), or
+the `ray-authentication-token` cookie that `POST /accelerators/api/authenticate`
+sets; without one it gets 401, with a wrong one 403. The page itself and its
+assets are public, so the browser can show a sign-in prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from .api import PREFIX, AcceleratorsApi, error_response
+from .collector import DEFAULT_REFRESH_S, Collector, Discover, registry_discovery
+
+log = logging.getLogger(__name__)
+
+COOKIE = "ray-authentication-token"  # the cookie Ray's own dashboard uses
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8266
+_PUBLIC = ("/", PREFIX, PREFIX + "/", PREFIX + "/index.html", PREFIX + "/api/authenticate")
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def _presented(request: web.Request) -> str | None:
+    header = (request.headers.get("Authorization")
+              or request.headers.get("X-Ray-Authorization") or "")
+    if header:
+        scheme, _, value = header.partition(" ")
+        return value.strip() if scheme.lower() == "bearer" else header.strip()
+    return request.cookies.get(COOKIE)
+
+
+def _valid(token: str, presented: str | None) -> bool:
+    return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
+
+
+def token_middleware(token: str | None):
+    @web.middleware
+    async def check(request: web.Request, handler):
+        if token is None or request.path in _PUBLIC or request.path.startswith(
+                PREFIX + "/assets/"):
+            return await handler(request)
+        presented = _presented(request)
+        if presented is None:
+            return error_response(401, "missing token: send Authorization: Bearer <token>")
+        if not _valid(token, presented):
+            return error_response(403, "invalid token")
+        return await handler(request)
+
+    return check
+
+
+def build_app(api: AcceleratorsApi, token: str | None = None) -> web.Application:
+    """The standalone aiohttp application around `api`."""
+    app = web.Application(middlewares=[token_middleware(token)], client_max_size=16 * 1024)
+
+    async def root(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound(PREFIX + "/")
+
+    async def authenticate(request: web.Request) -> web.StreamResponse:
+        if token is None:
+            return error_response(404, "token authentication is not enabled")
+        presented = _presented(request)
+        if presented is None:
+            return error_response(401, "missing token: send Authorization: Bearer <token>")
+        if not _valid(token, presented):
+            return error_response(403, "invalid token")
+        response = web.json_response({"status": "authenticated"})
+        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/",
+                            max_age=30 * 24 * 3600)
+        return response
+
+    async def everything(request: web.Request) -> web.StreamResponse:
+        return await api.handle(request, request.match_info.get("tail", ""))
+
+    app.router.add_get("/", root)
+    app.router.add_get(PREFIX, root)
+    app.router.add_post(PREFIX + "/api/authenticate", authenticate)
+    app.router.add_route("*", PREFIX + "/{tail:.*}", everything)
+
+    async def lifecycle(app: web.Application):
+        await api.collector.start()
+        yield
+        await api.collector.stop()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+def read_token(path: str | None) -> str | None:
+    """The token to require: from `path`, else Ray's own token when Ray's auth is on."""
+    if path is not None:
+        token = Path(path).read_text().strip()
+        if not token:
+            raise ValueError(f"{path} is empty")
+        return token
+    try:
+        from ray._private.authentication import authentication_utils as auth_utils
+        from ray._raylet import AuthenticationTokenLoader
+
+        if auth_utils.is_token_auth_enabled():
+            header = AuthenticationTokenLoader.instance().get_token_for_http_header()
+            value = next(iter(header.values()), "") if header else ""
+            return value.partition(" ")[2].strip() or None
+    except Exception as error:  # Ray's loader missing or failing: no token found
+        log.debug("no Ray token: %s", error)
+    return None
+
+
+def ray_dashboard_url(gcs_address: str) -> str | None:
+    """Where the cluster's own dashboard serves, from the GCS (None when unknown)."""
+    try:
+        from ..exporter.cluster.gcs import ClusterGcs
+
+        with ClusterGcs(gcs_address, timeout_s=3.0) as gcs:
+            raw = gcs.kv_get("dashboard", "dashboard")
+    except Exception as error:
+        log.debug("dashboard address unknown: %s", error)
+        return None
+    if not raw:
+        return None
+    address = raw.decode(errors="replace").strip()
+    return address if address.startswith("http") else f"http://{address}"
+
+
+async def serve(api: AcceleratorsApi, host: str, port: int, token: str | None,
+                ready=None) -> None:
+    """Serve until SIGINT/SIGTERM."""
+    runner = web.AppRunner(build_app(api, token), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    shown = f"[{host}]" if ":" in host else host
+    print(f"ray-accel dashboard serving http://{shown}:{bound}{PREFIX}/", flush=True)
+    if ready is not None:
+        ready(bound)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--port must be an integer, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"--port must be between 0 and 65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0.2 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0.2 and 3600 s, got {text}")
+    return value
+
+
+def register(commands) -> None:
+    """Add the `dashboard` subcommand to the `ray-accel` command line."""
+    parser = commands.add_parser(
+        "dashboard", help="serve the Accelerators tab (cluster view of every agent) standalone")
+    parser.add_argument("--address", metavar="ADDR",
+                        help="GCS address of the Ray cluster (default: RAY_ADDRESS, else the "
+                             "Ray node on this host)")
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address to listen on (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
+                        help=f"port (default {DEFAULT_PORT}; 0 picks one)")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="require this token (default: the cluster's Ray token when Ray's "
+                             "token authentication is on)")
+    parser.add_argument("--no-token", action="store_true",
+                        help="require no token (only sensible on a loopback address)")
+    parser.add_argument("--refresh", type=_seconds, default=DEFAULT_REFRESH_S, metavar="SECONDS",
+                        help=f"how often to pull every agent (default {DEFAULT_REFRESH_S:g} s)")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
+         discover: Discover | None = None) -> int:
+    from ..exporter.attribution.ray_sources import RayNotFound, RaySourceError
+    from ..exporter.cluster.gcs import resolve_gcs_address
+
+    if args.no_token and args.token_file:
+        parser.error("--no-token and --token-file exclude each other")
+    try:
+        token = None if args.no_token else read_token(args.token_file)
+    except (OSError, ValueError) as error:
+        parser.error(f"--token-file: {error}")
+    try:
+        address = resolve_gcs_address(args.address)
+    except (RayNotFound, RaySourceError) as error:
+        print(f"ray-accel dashboard: {error}", file=sys.stderr)
+        return 1
+    if token is None and args.host not in _LOOPBACK:
+        log.warning("serving on %s without a token: anyone who reaches it can read the "
+                    "cluster's accelerator data", args.host)
+    collector = Collector(discover or registry_discovery(address), refresh_s=args.refresh)
+    api = AcceleratorsApi(collector, "standalone", ray_dashboard_url(address))
+    try:
+        asyncio.run(serve(api, args.host, args.port, token))
+    except OSError as error:
+        print(f"ray-accel dashboard: cannot listen on {args.host}:{args.port}: {error}",
+              file=sys.stderr)
+        return 1
+    return 0

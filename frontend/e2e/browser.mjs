@@ -1,0 +1,98 @@
+// Browser test of the Accelerators tab, driven by pytest (tests/test_dashboard_ray.py):
+// Debian's Chromium through playwright-core, against the module running in a real Ray
+// dashboard with the demo workload. Clicks through every view, checks what a person
+// sees, and saves a screenshot of each view.
+// Environment: BASE_URL, TOKEN, SHOTS (folder), EXPECT_DEVICES, EXPECT_IDLE_CLASS.
+import { chromium } from "playwright-core";
+import { mkdirSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const base = process.env.BASE_URL;
+const token = process.env.TOKEN;
+const shots = process.env.SHOTS ?? mkdtempSync(join(tmpdir(), "shots-"));
+const devices = process.env.EXPECT_DEVICES ?? "8";
+const idleClass = process.env.EXPECT_IDLE_CLASS ?? "IdleHolder";
+mkdirSync(shots, { recursive: true });
+let checks = 0;
+
+function check(condition, what) {
+  if (!condition) throw new Error(`check failed: ${what}`);
+  checks += 1;
+}
+
+const profile = mkdtempSync(join(tmpdir(), "chromium-profile-"));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  headless: true,
+  viewport: { width: 1440, height: 900 },
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const page = await context.newPage();
+try {
+  // Behind Ray's token: refused without it, then signed in the way Ray's UI does.
+  const refused = await context.request.get(`${base}/accelerators/`);
+  check(refused.status() === 401, `page without the token answers 401 (got ${refused.status()})`);
+  const login = await context.request.post(`${base}/api/authenticate`, {
+    headers: { Authorization: `Bearer ${token}` } });
+  check(login.ok(), "Ray's /api/authenticate accepts the token");
+
+  // Cluster view: counts, the heatmap, the idle allocation flagged.
+  await page.goto(`${base}/accelerators/#/`);
+  await page.getByTestId("device-count").filter({ hasText: devices }).waitFor({ timeout: 60000 });
+  check((await page.getByTestId("device-count").innerText()) === devices, `${devices} devices`);
+  await page.getByTestId("idle-allocations").filter({ hasNotText: /^0$/ }).waitFor({ timeout: 60000 });
+  const idleCell = page.locator('[data-testid^="cell-"][data-idle="true"]').first();
+  await idleCell.waitFor({ timeout: 60000 });
+  check((await page.locator('[data-testid^="cell-"]').count()) === Number(devices),
+        "one heatmap cell per device");
+  check((await page.getByTestId("domain-header").first().innerText()).includes("NVLink domain"),
+        "devices grouped by NVLink domain");
+  await page.getByTestId("metric-util").click();
+  await page.waitForTimeout(2500); // let the sparklines gather a few points
+  await page.screenshot({ path: join(shots, "cluster.png"), fullPage: true });
+
+  // Node view: devices, the idle holder, link bandwidth, topology, processes.
+  await idleCell.click();
+  await page.getByTestId("node-title").waitFor();
+  await page.getByTestId("device-table").waitFor();
+  check((await page.locator('[data-testid="device-table"] tbody tr').count()) === Number(devices),
+        "a row per device");
+  const idleHolder = page.locator('[data-testid="holder"][data-idle="true"]');
+  await idleHolder.first().waitFor();
+  check((await idleHolder.first().innerText()).includes(idleClass), `${idleClass} shown idle`);
+  const rates = await page.getByTestId("nvlink-rate").allInnerTexts();
+  check(rates.length === Number(devices), "an NVLink rate per device");
+  check(rates.some((r) => /\d+(\.\d)? [GM]B\/s/.test(r)), `NVLink bandwidth numbers (${rates[0]})`);
+  check((await page.getByTestId("topology").innerText()).includes("NV18"), "NVLink topology matrix");
+  check((await page.getByTestId("processes").innerText()).includes("Trainer"),
+        "processes on each device carry their actor");
+  const rayNode = await page.getByTestId("ray-node-link").getAttribute("href");
+  check(rayNode.startsWith("/#/cluster/nodes/"), "link into Ray's node page");
+  await page.screenshot({ path: join(shots, "node.png"), fullPage: true });
+
+  // Workloads: job -> actors/tasks -> devices, the idle one highlighted.
+  await page.getByTestId("tab-workloads").click();
+  await page.getByTestId("job-units").waitFor();
+  const idleRow = page.locator('[data-testid="unit-device"][data-idle="true"]');
+  await idleRow.first().waitFor();
+  check((await idleRow.first().innerText()).includes("IDLE ALLOCATION"), "idle allocation flagged");
+  check((await page.getByTestId("job-units").innerText()).includes(idleClass), `${idleClass} listed`);
+  check((await page.getByTestId("job-units").innerText()).includes("preprocess"), "the GPU task listed");
+  await page.screenshot({ path: join(shots, "workloads.png"), fullPage: true });
+
+  // Findings: the idle allocation is among them.
+  await page.getByTestId("tab-findings").click();
+  const idleFinding = page.locator('[data-testid="finding"][data-kind="idle_allocation"]');
+  await idleFinding.first().waitFor();
+  check((await idleFinding.first().innerText()).includes(idleClass), "idle allocation finding");
+  await page.screenshot({ path: join(shots, "findings.png"), fullPage: true });
+  console.log(`browser: ${checks} checks passed; screenshots in ${shots}`);
+} catch (error) {
+  await page.screenshot({ path: join(shots, "failure.png"), fullPage: true }).catch(() => {});
+  console.error(`browser: ${error.message} (after ${checks} checks; see ${shots}/failure.png)`);
+  process.exitCode = 1;
+} finally {
+  await context.close();
+}

@@ -1,0 +1,95 @@
+import { describe, expect, it } from "vitest";
+import { render, screen } from "@testing-library/react";
+import type { Finding, HeatNode } from "./api";
+import { rayLink } from "./api";
+import { parseRoute } from "./App";
+import { Heatmap, cellColor, groupRows } from "./components/Heatmap";
+import { Sparkline } from "./components/Sparkline";
+import { bytes, heatColor, percent, rate, watts } from "./format";
+import { FindingRow, filterFindings } from "./views/Findings";
+
+function node(id: string, domain: string, cells = 8, idleAt = -1): HeatNode {
+  return {
+    node_id: id, hostname: `host-${id}`, status: "ok", nvlink_domain: domain,
+    devices: Array.from({ length: cells }, (_, i) => ({
+      uuid: `${id}-${i}`, index: String(i), model: "NVIDIA H200", health: i === 1 ? "down" : "ok",
+      util: i / 10, mem: 0.5, power: 500, temp: 60, allocated: i === idleAt, idle: i === idleAt,
+    })),
+  };
+}
+
+describe("format", () => {
+  it("shows base units readably and absent values as a dash", () => {
+    expect(percent(0.853)).toBe("85%");
+    expect(percent(null)).toBe("–");
+    expect(bytes(150754820096)).toBe("140 GiB");
+    expect(rate(12117663468)).toBe("12.1 GB/s");
+    expect(watts(658)).toBe("658 W");
+    expect(watts(3675443)).toBe("3675.4 kW");
+    expect(heatColor(null)).toBe("#bdbdbd");
+  });
+});
+
+describe("routes and links", () => {
+  it("parses hash routes", () => {
+    expect(parseRoute("#/node/abc")).toEqual({ view: "node", nodeId: "abc" });
+    expect(parseRoute("#/workloads/02000000")).toEqual({ view: "workloads", jobId: "02000000" });
+    expect(parseRoute("#/findings")).toEqual({ view: "findings" });
+    expect(parseRoute("")).toEqual({ view: "cluster" });
+  });
+  it("links into Ray's own dashboard", () => {
+    expect(rayLink("/", "actors/ab")).toBe("/#/actors/ab");
+    expect(rayLink("http://h:8265", "cluster/nodes/n")).toBe("http://h:8265/#/cluster/nodes/n");
+    expect(rayLink(null, "x")).toBeNull();
+  });
+});
+
+describe("heatmap", () => {
+  it("groups nodes by NVLink domain", () => {
+    const rows = groupRows([node("b", "d2"), node("a", "d1"), node("c", "d2")]);
+    expect(rows.map((r) => (r.kind === "domain" ? `[${r.domain}:${r.count}]` : r.node.node_id)))
+      .toEqual(["[d1:1]", "a", "[d2:2]", "b", "c"]);
+  });
+  it("colours a down device red whatever the metric", () => {
+    const cell = node("a", "d").devices[1];
+    expect(cellColor(cell, "util")).toBe("#e53935");
+  });
+  it("renders only the visible rows of 1000 nodes and flags idle allocations", () => {
+    // jsdom has no layout: give the scroll container a size
+    Object.defineProperty(HTMLElement.prototype, "clientHeight", { configurable: true, value: 400 });
+    Object.defineProperty(HTMLElement.prototype, "clientWidth", { configurable: true, value: 1000 });
+    const nodes = Array.from({ length: 1000 }, (_, i) => node(`n${i}`, "d", 8, i === 0 ? 2 : -1));
+    render(<Heatmap nodes={nodes} metric="util" onOpen={() => undefined} height={400} />);
+    const cells = screen.getAllByRole("button");
+    expect(cells.length).toBeGreaterThan(0);
+    expect(cells.length).toBeLessThan(400); // virtualised: not 8000
+    expect(screen.getByTestId("cell-n0-2").dataset.idle).toBe("true");
+    expect(screen.getByTestId("cell-n0-1").dataset.health).toBe("down");
+  });
+});
+
+describe("findings", () => {
+  const findings: Finding[] = [
+    { kind: "device_down", severity: "critical", node_id: "n1", hostname: "h1",
+      message: "GPU 1 is not answering", device_uuid: "u", device_index: "1" },
+    { kind: "idle_allocation", severity: "warning", node_id: "n1", hostname: "h1",
+      message: "IdleHolder holds 1 of GPU 2", device_uuid: "v", device_index: "2" },
+  ];
+  it("filters by kind and severity", () => {
+    expect(filterFindings(findings, "idle_allocation", "")).toHaveLength(1);
+    expect(filterFindings(findings, "", "critical")[0].kind).toBe("device_down");
+    expect(filterFindings(findings, "", "")).toHaveLength(2);
+  });
+  it("shows a finding's message and a link to its node", () => {
+    render(<FindingRow finding={findings[1]} />);
+    expect(screen.getByText("IdleHolder holds 1 of GPU 2")).toBeTruthy();
+    expect(screen.getByText("h1").getAttribute("href")).toBe("#/node/n1");
+  });
+});
+
+describe("sparkline", () => {
+  it("draws the points it has", () => {
+    render(<Sparkline values={[0.1, null, 0.5, 0.9]} max={1} />);
+    expect(screen.getByTestId("sparkline").dataset.points).toBe("3");
+  });
+});

@@ -1,0 +1,107 @@
+// Every device of the cluster as a coloured cell, one row per node, grouped by NVLink
+// domain. Rows are virtualised, so 1000 nodes render only what is on screen.
+import { useMemo, useRef } from "react";
+import { useVirtualizer } from "@tanstack/react-virtual";
+import { Box, Chip, Tooltip, Typography } from "@mui/material";
+import type { HeatCell, HeatNode } from "../api";
+import { HEALTH_COLORS, heatColor, percent, watts } from "../format";
+
+export type HeatMetric = "util" | "mem" | "health";
+
+type Row = { kind: "domain"; domain: string; count: number } | { kind: "node"; node: HeatNode };
+
+export function groupRows(nodes: HeatNode[]): Row[] {
+  const byDomain = new Map<string, HeatNode[]>();
+  for (const node of nodes) {
+    const key = node.nvlink_domain || "";
+    if (!byDomain.has(key)) byDomain.set(key, []);
+    byDomain.get(key)!.push(node);
+  }
+  const rows: Row[] = [];
+  for (const domain of [...byDomain.keys()].sort()) {
+    const members = byDomain.get(domain)!;
+    rows.push({ kind: "domain", domain, count: members.length });
+    for (const node of members) rows.push({ kind: "node", node });
+  }
+  return rows;
+}
+
+export function cellColor(cell: HeatCell, metric: HeatMetric): string {
+  if (cell.health === "down") return HEALTH_COLORS.down;
+  if (metric === "health") return HEALTH_COLORS[cell.health] ?? "#bdbdbd";
+  return heatColor(metric === "util" ? cell.util : cell.mem);
+}
+
+function Cell({ cell, node, metric, onOpen }: {
+  cell: HeatCell; node: HeatNode; metric: HeatMetric; onOpen: (nodeId: string) => void;
+}) {
+  const title = `${node.hostname || node.node_id.slice(0, 8)} GPU ${cell.index} · ${cell.model}
+utilization ${percent(cell.util)} · memory ${percent(cell.mem)} · ${watts(cell.power)}
+${cell.health}${cell.idle ? " · IDLE ALLOCATION" : cell.allocated ? " · allocated" : ""}`;
+  return (
+    <Tooltip title={<span style={{ whiteSpace: "pre-line" }}>{title}</span>}>
+      <Box component="button" onClick={() => onOpen(node.node_id)}
+        data-testid={`cell-${node.node_id}-${cell.index}`} data-health={cell.health}
+        data-idle={cell.idle ? "true" : "false"} aria-label={`GPU ${cell.index}`}
+        sx={{
+          width: 30, height: 22, mr: "3px", p: 0, cursor: "pointer", borderRadius: "3px",
+          background: cellColor(cell, metric), fontSize: 10, color: "#fff",
+          border: cell.idle ? "2px dashed #212121" : "1px solid rgba(0,0,0,0.15)",
+        }}>
+        {cell.index}
+      </Box>
+    </Tooltip>
+  );
+}
+
+export function Heatmap({ nodes, metric, onOpen, height = 560 }: {
+  nodes: HeatNode[]; metric: HeatMetric; onOpen: (nodeId: string) => void; height?: number;
+}) {
+  const rows = useMemo(() => groupRows(nodes), [nodes]);
+  const parent = useRef<HTMLDivElement>(null);
+  const virtual = useVirtualizer({
+    count: rows.length,
+    getScrollElement: () => parent.current,
+    estimateSize: (i) => (rows[i].kind === "domain" ? 34 : 28),
+    overscan: 12,
+    initialRect: { width: 1000, height },
+  });
+  return (
+    <Box ref={parent} data-testid="heatmap"
+      sx={{ height: Math.min(height, virtual.getTotalSize() + 4), minHeight: 40, overflow: "auto",
+            border: "1px solid #e0e0e0", borderRadius: 1, background: "#fff" }}>
+      <Box sx={{ height: virtual.getTotalSize(), position: "relative" }}>
+        {virtual.getVirtualItems().map((item) => {
+          const row = rows[item.index];
+          return (
+            <Box key={item.key} sx={{
+              position: "absolute", top: 0, left: 0, right: 0, height: item.size,
+              transform: `translateY(${item.start}px)`, display: "flex", alignItems: "center",
+              px: 1,
+            }}>
+              {row.kind === "domain" ? (
+                <Typography variant="subtitle2" data-testid="domain-header">
+                  NVLink domain: {row.domain || "none reported"}{" "}
+                  <Chip size="small" label={`${row.count} node${row.count === 1 ? "" : "s"}`} />
+                </Typography>
+              ) : (
+                <>
+                  <Box component="a" href={`#/node/${row.node.node_id}`}
+                    sx={{ width: 190, flexShrink: 0, fontSize: 13, overflow: "hidden",
+                          textOverflow: "ellipsis", whiteSpace: "nowrap" }}>
+                    {row.node.hostname || row.node.node_id.slice(0, 12)}
+                    {row.node.status !== "ok" ? ` (${row.node.status})` : ""}
+                  </Box>
+                  {row.node.devices.map((cell) => (
+                    <Cell key={cell.uuid} cell={cell} node={row.node} metric={metric}
+                      onOpen={onOpen} />
+                  ))}
+                </>
+              )}
+            </Box>
+          );
+        })}
+      </Box>
+    </Box>
+  );
+}

@@ -1,0 +1,22 @@
+// A tiny SVG line of recent values (None gaps are skipped).
+export function Sparkline({ values, width = 120, height = 28, max, color = "#1976d2", label }: {
+  values: (number | null)[]; width?: number; height?: number; max?: number; color?: string;
+  label?: string;
+}) {
+  const present = values.filter((v): v is number => v != null);
+  const top = max ?? Math.max(1e-9, ...present);
+  const step = values.length > 1 ? width / (values.length - 1) : width;
+  let path = "";
+  values.forEach((v, i) => {
+    if (v == null) return;
+    const x = i * step;
+    const y = height - (Math.min(v, top) / top) * (height - 2) - 1;
+    path += `${path && values[i - 1] != null ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`;
+  });
+  return (
+    <svg width={width} height={height} role="img" aria-label={label ?? "history"}
+      data-testid="sparkline" data-points={present.length}>
+      <path d={path} fill="none" stroke={color} strokeWidth={1.5} />
+    </svg>
+  );
+}

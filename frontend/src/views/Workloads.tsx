@@ -1,0 +1,116 @@
+// Job -> actor/task -> devices, idle allocations first and highlighted.
+import {
+  Alert, Box, Chip, Link, Stack, Table, TableBody, TableCell, TableHead, TableRow, Typography,
+} from "@mui/material";
+import { rayLink, usePoll, type Job, type JobDetail, type Unit } from "../api";
+import { DASH, bytes, percent } from "../format";
+
+function unitName(u: Unit): string {
+  if (u.kind === "actor") return `${u.actor_class || "actor"}${u.actor_name ? ` "${u.actor_name}"` : ""}`;
+  if (u.kind === "task") return u.task_name || "task";
+  return `worker pid ${u.pid}`;
+}
+
+function UnitRows({ unit, ray }: { unit: Unit; ray: string | null }) {
+  const link = unit.kind === "actor" ? rayLink(ray, `actors/${unit.actor_id}`)
+    : unit.kind === "task" ? rayLink(ray, `jobs/${unit.job_id}/tasks/${unit.task_id}`) : null;
+  return (
+    <>
+      {unit.devices.map((d, i) => (
+        <TableRow key={`${unit.key}-${d.uuid}`} data-testid="unit-device"
+          data-idle={d.idle ? "true" : "false"}
+          sx={{ background: d.idle ? "#fff3e0" : undefined }}>
+          {i === 0 && (
+            <TableCell rowSpan={unit.devices.length} data-testid="unit">
+              {link ? <Link href={link}>{unitName(unit)}</Link> : unitName(unit)}
+              <Typography variant="caption" display="block" color="text.secondary">
+                {unit.kind} · pid {unit.pid}
+              </Typography>
+            </TableCell>
+          )}
+          <TableCell><Link href={`#/node/${d.node_id}`}>
+            {d.hostname || d.node_id.slice(0, 12)}</Link> GPU {d.index}</TableCell>
+          <TableCell align="right">{d.fraction ?? "not allocated"}</TableCell>
+          <TableCell align="right">{percent(d.utilization)}</TableCell>
+          <TableCell align="right">{percent(d.process_sm_utilization)}</TableCell>
+          <TableCell align="right">{bytes(d.process_memory_bytes)}</TableCell>
+          <TableCell>{d.idle ? <Chip size="small" color="warning" label="IDLE ALLOCATION" />
+            : d.allocated ? "in use" : "using, not allocated"}</TableCell>
+        </TableRow>
+      ))}
+    </>
+  );
+}
+
+export function JobPanel({ jobId, refreshMs, ray }: {
+  jobId: string; refreshMs: number; ray: string | null;
+}) {
+  const { data, error } = usePoll<JobDetail>(`jobs/${jobId}`, refreshMs);
+  if (error && !data) return <Alert severity="error">{error.message}</Alert>;
+  if (!data) return <Typography>Loading…</Typography>;
+  return (
+    <Table size="small" data-testid="job-units">
+      <TableHead>
+        <TableRow>
+          <TableCell>Actor / task</TableCell><TableCell>Device</TableCell>
+          <TableCell align="right">Share</TableCell><TableCell align="right">Device util</TableCell>
+          <TableCell align="right">Its SM</TableCell><TableCell align="right">Its memory</TableCell>
+          <TableCell>State</TableCell>
+        </TableRow>
+      </TableHead>
+      <TableBody>
+        {data.units.map((u) => <UnitRows key={u.key} unit={u} ray={ray} />)}
+      </TableBody>
+    </Table>
+  );
+}
+
+export function WorkloadsView({ jobId, refreshMs, ray }: {
+  jobId: string | null; refreshMs: number; ray: string | null;
+}) {
+  const { data, error } = usePoll<{ jobs: Job[] }>("jobs", refreshMs);
+  const jobs = data?.jobs ?? [];
+  const selected = jobId ?? (jobs.length === 1 ? jobs[0].job_id : null);
+  return (
+    <Stack spacing={2}>
+      {error && <Alert severity="error">{error.message}</Alert>}
+      {data && jobs.length === 0 && <Typography>No Ray worker holds or uses a device.</Typography>}
+      <Table size="small" data-testid="jobs" sx={{ maxWidth: 900 }}>
+        <TableHead>
+          <TableRow>
+            <TableCell>Job</TableCell><TableCell align="right">Actors</TableCell>
+            <TableCell align="right">Tasks</TableCell><TableCell align="right">GPUs held</TableCell>
+            <TableCell align="right">Devices</TableCell><TableCell align="right">Nodes</TableCell>
+            <TableCell>Idle allocations</TableCell><TableCell>Ray</TableCell>
+          </TableRow>
+        </TableHead>
+        <TableBody>
+          {jobs.map((j) => {
+            const ray_job = j.job_id ? rayLink(ray, `jobs/${j.job_id}`) : null;
+            return (
+              <TableRow key={j.job_id} hover selected={j.job_id === selected}
+                data-testid={`job-${j.job_id}`}>
+                <TableCell><Link href={`#/workloads/${j.job_id}`}>{j.job_id || "(no job)"}</Link></TableCell>
+                <TableCell align="right">{j.actors}</TableCell>
+                <TableCell align="right">{j.tasks}</TableCell>
+                <TableCell align="right">{j.gpus}</TableCell>
+                <TableCell align="right">{j.devices}</TableCell>
+                <TableCell align="right">{j.nodes}</TableCell>
+                <TableCell>{j.idle_allocations > 0
+                  ? <Chip size="small" color="warning" label={`${j.idle_allocations} idle`} /> : DASH}
+                </TableCell>
+                <TableCell>{ray_job ? <Link href={ray_job}>job page</Link> : DASH}</TableCell>
+              </TableRow>
+            );
+          })}
+        </TableBody>
+      </Table>
+      {selected && (
+        <Box>
+          <Typography variant="h6" data-testid="job-title">Job {selected}</Typography>
+          <JobPanel jobId={selected} refreshMs={refreshMs} ray={ray} />
+        </Box>
+      )}
+    </Stack>
+  );
+}

@@ -1,0 +1,287 @@
+"""The Accelerators API: aggregation, findings, errors, token, and 1000 nodes.
+
+Real input: one snapshot from a real agent on simulated hardware, then doctored
+(a lost GPU, an idle holder, throttling, XID, ...) or copied into a fleet of
+1000 synthetic nodes served over HTTP by a fake agent endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from agent_process import AgentProcess
+from aiohttp import ClientTimeout, web
+from aiohttp.test_utils import TestClient, TestServer
+
+from ray_accel.dashboard_module.aggregate import NodeState, build_view
+from ray_accel.dashboard_module.api import AcceleratorsApi
+from ray_accel.dashboard_module.collector import AgentTarget, Collector
+from ray_accel.dashboard_module.fleet import Fleet, node_id
+from ray_accel.dashboard_module.reduce import reduce_snapshot
+from ray_accel.dashboard_module.standalone import COOKIE, build_app
+
+TOKEN = "s3cret-token"
+JOB = "02000000"
+IDLE_ACTOR = "a" * 32
+TRAINER_ACTOR = "b" * 32
+TASK = "c" * 48
+
+
+@pytest.fixture(scope="module")
+def agent():
+    with AgentProcess("--simulate", "hgx-h200", "--interval", "0.5") as running:
+        running.wait_for(lambda d: len(d["devices"]) == 8 and all(
+            link["rates_bytes_per_s"] for dev in d["devices"] for link in dev["links"]),
+            timeout=60)
+        yield running
+
+
+@pytest.fixture(scope="module")
+def template(agent) -> dict:
+    return agent.json("/api/v1/snapshot")
+
+
+def _set(values: dict, metric: str, labels: dict, value: float) -> None:
+    entries = values.setdefault(metric, [])
+    for entry in entries:
+        if entry["labels"] == labels:
+            entry["value"] = value
+            return
+    entries.append({"labels": labels, "value": value})
+
+
+def _holder(pid: int, actor_id: str = "", actor_class: str = "", task_id: str = "",
+            task_name: str = "", fraction: float = 1.0, idle: bool = False) -> dict:
+    return {"pid": pid, "ray_job_id": JOB, "ray_worker_id": "f" * 56, "ray_actor_id": actor_id,
+            "actor_class": actor_class, "actor_name": "", "ray_task_id": task_id,
+            "task_name": task_name, "fraction": fraction, "idle": idle}
+
+
+def doctored(template: dict, number: int = 1) -> dict:
+    """A node with one of everything the findings look for."""
+    doc = copy.deepcopy(template)
+    doc["taken_at"] = time.time()
+    doc["attribution"]["node_id"] = node_id(number)
+    devices = doc["devices"]
+    for device in devices:
+        device.update(allocated=0.0, holders=[])
+    devices[0].update(allocated=1.0, holders=[_holder(101, TRAINER_ACTOR, "Trainer")])
+    devices[1].update(up=False, values={}, links=[], processes=[])
+    devices[2].update(allocated=1.0, holders=[_holder(102, IDLE_ACTOR, "IdleHolder",
+                                                      idle=True)])
+    _set(devices[3]["values"], "ray.accelerator.throttle.active", {"reason": "hw_slowdown"}, 1)
+    _set(devices[4]["links"][3]["values"], "ray.accelerator.link.up", {}, 0)
+    _set(devices[5]["values"], "ray.accelerator.pcie.link.width", {"state": "current"}, 8)
+    _set(devices[6]["values"], "ray.accelerator.xid.errors", {"xid": "79"}, 2)
+    _set(devices[7]["values"], "hw.errors", {"error_type": "ecc_uncorrected"}, 3)
+    devices[7].update(allocated=1.0, holders=[_holder(103, task_id=TASK, task_name="preprocess")])
+    return doc
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_findings_cover_every_kind(template):
+    node = NodeState(node_id(1), "http://x", "host-1", data=reduce_snapshot(doctored(template)))
+    view = build_view([node], refresh_s=5)
+    kinds = {f["kind"]: f for f in view.findings}
+    assert set(kinds) == {"device_down", "idle_allocation", "throttling", "link_down",
+                          "pcie_downtrained", "xid", "ecc_uncorrected"}
+    assert kinds["idle_allocation"]["device_index"] == "2"
+    assert "IdleHolder" in kinds["idle_allocation"]["message"]
+    assert kinds["link_down"]["details"]["links"] == ["nvlink 3"]
+    assert view.findings[0]["severity"] == "critical"
+    summary = view.summary
+    assert summary["devices"]["total"] == 8 and summary["devices"]["down"] == 1
+    assert summary["devices"]["idle_allocations"] == 1
+    assert summary["by_model"] == [{"vendor": "nvidia", "model": "NVIDIA H200", "devices": 8,
+                                    "down": 1, "nodes": 1}]
+    assert view.health[node.data["devices"][3]["uuid"]] == "warning"
+    assert view.jobs[JOB]["idle_allocations"] == 1 and view.jobs[JOB]["actors"] == 2
+
+
+async def _client(collector: Collector, token: str | None = TOKEN) -> TestClient:
+    api = AcceleratorsApi(collector, "standalone", "http://127.0.0.1:8265")
+    client = TestClient(TestServer(build_app(api, token)))
+    await client.start_server()
+    return client
+
+
+class FakeAgents:
+    """One HTTP server answering /n/<i>/api/v1/snapshot for many synthetic nodes."""
+
+    def __init__(self, bodies) -> None:
+        self.bodies = bodies
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+        self.release = asyncio.Event()
+
+    async def __aenter__(self) -> FakeAgents:
+        async def snapshot(request: web.Request) -> web.Response:
+            body = self.bodies(int(request.match_info["number"]))
+            if body is None:
+                await self.release.wait()  # a hung agent, until the test ends
+            return web.Response(body=body, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_get("/n/{number}/api/v1/snapshot", snapshot)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.release.set()
+        await self.runner.cleanup()
+
+    def target(self, number: int) -> AgentTarget:
+        return AgentTarget(node_id(number), f"{self.url}/n/{number}", f"host-{number}")
+
+
+def test_api_over_real_and_fake_agents(agent, template):
+    doctored_body = json.dumps(doctored(template)).encode()
+
+    async def scenario() -> None:
+        async with FakeAgents(lambda n: doctored_body if n == 1 else None) as fakes:
+            targets = [AgentTarget(node_id(0), agent.url, "real-host"), fakes.target(1),
+                       fakes.target(2)]  # node 2 hangs
+
+            async def discover():
+                return targets
+
+            collector = Collector(discover, refresh_s=1, fetch_timeout_s=1)
+            client = await _client(collector)
+            try:
+                started = time.monotonic()
+                await collector.refresh()
+                assert time.monotonic() - started < 10  # the hung agent cost one timeout
+                auth = {"Authorization": f"Bearer {TOKEN}"}
+                get = lambda path, **kw: client.get("/accelerators/api/" + path,  # noqa: E731
+                                                    headers=auth, **kw)
+                summary = await (await get("summary")).json()
+                assert summary["nodes"] == {"total": 3, "ok": 2, "stale": 0, "unreachable": 1,
+                                            "waiting": 0}
+                assert summary["devices"]["total"] == 16
+                assert summary["devices"]["idle_allocations"] == 1
+                assert summary["history"]["timestamps"]
+
+                node = await (await get(f"nodes/{node_id(0)}")).json()
+                assert node["hostname"] == "real-host" and node["status"] == "ok"
+                assert node["topology"]["matrix"][1][2] == "NV18"
+                device = node["devices"][0]
+                assert device["nvlink_transmit_bytes_per_s"] > 0
+                assert device["links"][0]["transmit_bytes_per_s"] > 0
+
+                jobs = await (await get("jobs")).json()
+                assert [j["job_id"] for j in jobs["jobs"]] == [JOB]
+                job = await (await get(f"jobs/{JOB}")).json()
+                assert job["units"][0]["actor_class"] == "IdleHolder"
+                assert job["units"][0]["idle"] is True
+                actor = await (await get(f"actors/{IDLE_ACTOR}")).json()
+                assert actor["devices"][0]["index"] == "2"
+                task = await (await get(f"tasks/{TASK}")).json()
+                assert task["task_name"] == "preprocess"
+                findings = await (await get("findings", params={"kind": "xid"})).json()
+                assert findings["total"] == 1 and findings["findings"][0]["device_index"] == "6"
+                unreachable = await (await get("findings",
+                                               params={"kind": "node_unreachable"})).json()
+                assert unreachable["findings"][0]["node_id"] == node_id(2)
+                heatmap = await (await get("heatmap")).json()
+                assert {n["node_id"]: len(n["devices"]) for n in heatmap["nodes"]} == {
+                    node_id(0): 8, node_id(1): 8, node_id(2): 0}
+                history = await (await get("history", params={"node_id": node_id(0)})).json()
+                assert history["utilization"]
+
+                # clear 4xx errors
+                for path, params, status, words in [
+                    (f"nodes/{node_id(99)}", {}, 404, "unknown node"),
+                    ("nodes/not-a-node", {}, 400, "malformed node id"),
+                    (f"actors/{'d' * 32}", {}, 404, "unknown actor"),
+                    ("actors/xyz", {}, 400, "malformed actor id"),
+                    ("jobs/zz", {}, 400, "malformed job id"),
+                    (f"tasks/{'e' * 48}", {}, 404, "unknown task"),
+                    ("findings", {"severity": "bad"}, 400, "severity must be one of"),
+                    ("findings", {"limit": "x"}, 400, "limit must be an integer"),
+                    ("summary", {"bogus": "1"}, 400, "unknown query parameter"),
+                    ("nope", {}, 404, "no such endpoint"),
+                ]:
+                    reply = await get(path, params=params)
+                    body = await reply.json()
+                    assert reply.status == status, (path, body)
+                    assert words in body["error"], body
+                reply = await client.post("/accelerators/api/summary", headers=auth)
+                assert reply.status == 405
+
+                # the token
+                assert (await client.get("/accelerators/api/summary")).status == 401
+                bad = await client.get("/accelerators/api/summary",
+                                       headers={"Authorization": "Bearer wrong"})
+                assert bad.status == 403
+                assert (await client.get("/accelerators/")).status in (200, 503)  # public page
+                login = await client.post("/accelerators/api/authenticate", headers=auth)
+                assert login.status == 200 and COOKIE in login.cookies
+                assert (await client.get("/accelerators/api/summary")).status == 200
+            finally:
+                await client.close()
+                await collector.stop()
+
+    run(scenario())
+
+
+def test_summary_of_1000_nodes(template):
+    fleet = Fleet(doctored(template))
+    bodies = [fleet.text(n).encode() for n in range(1000)]
+
+    async def scenario() -> None:
+        async with FakeAgents(lambda n: bodies[n]) as fakes:
+            targets = [fakes.target(n) for n in range(1000)]
+
+            async def discover():
+                return targets
+
+            collector = Collector(discover, refresh_s=5, fetch_timeout_s=30)
+            client = await _client(collector, token=None)
+            try:
+                started = time.monotonic()
+                await collector.refresh()
+                refreshed = time.monotonic() - started
+                started = time.monotonic()
+                reply = await client.get("/accelerators/api/summary",
+                                         timeout=ClientTimeout(total=60))
+                summary = await reply.json()
+                answered = time.monotonic() - started
+                heat = await client.get("/accelerators/api/heatmap",
+                                        timeout=ClientTimeout(total=60))
+                heatmap = await heat.json()
+                print(f"\n1000 nodes: refresh {refreshed:.1f} s, summary {answered * 1000:.0f} ms,"
+                      f" heatmap {len(await heat.read()) / 1e6:.1f} MB")
+            finally:
+                await client.close()
+                await collector.stop()
+        # every agent answered (the copies' snapshot time is fixed, so some may count stale)
+        assert summary["nodes"]["total"] == 1000 and summary["nodes"]["unreachable"] == 0
+        assert summary["devices"]["total"] == 8000 and summary["devices"]["down"] == 1000
+        assert summary["devices"]["idle_allocations"] == 1000
+        assert len(heatmap["nodes"]) == 1000
+
+    run(scenario())
+
+
+def test_cli_refuses_bad_arguments(tmp_path):
+    empty = tmp_path / "token"
+    empty.write_text("")
+    for args, words in [(["--port", "x"], "--port must be an integer"),
+                        (["--token-file", str(empty)], "is empty"),
+                        (["--refresh", "0"], "between 0.2 and 3600")]:
+        result = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "dashboard",
+                                 *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and words in result.stderr, result.stderr

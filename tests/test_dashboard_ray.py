@@ -1,0 +1,155 @@
+"""The Accelerators tab inside a real Ray dashboard, and Ray's dashboard when it breaks.
+
+A Ray head on simulated H200s with RAY_ACCEL_DASHBOARD=1 (loaded through the
+.pth bootstrap), the demo workload (one actor holding a GPU and doing nothing)
+and an agent registered in the GCS. The module answers on the dashboard port
+behind Ray's token; a browser clicks through every view. With the module
+disabled or failing (RAY_ACCEL_DASHBOARD_FAIL), Ray's own pages still answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agent_process import AgentProcess
+from test_attribution_ray import start_driver
+
+from ray_accel.dashboard_module.standalone import ray_dashboard_url
+from ray_accel.exporter.demo.local_cluster import LocalRayCluster
+from ray_accel.exporter.simulate import SimulatedHardware
+from ray_accel.exporter.simulate.contexts import for_real_processes
+
+FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
+
+
+def get(url: str, token: str | None = None, timeout: float = 10) -> tuple[int, bytes]:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def wait_json(url: str, token: str, predicate, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        status, body = get(url, token)
+        if status == 200:
+            last = json.loads(body)
+            if predicate(last):
+                return last
+        time.sleep(0.5)
+    raise AssertionError(f"{url}: condition not met; last {last}")
+
+
+@pytest.fixture(scope="module")
+def hardware(tmp_path_factory) -> SimulatedHardware:
+    return SimulatedHardware.start(for_real_processes("hgx-h200"),
+                                   state_dir=tmp_path_factory.mktemp("hw"))
+
+
+@pytest.fixture(scope="module")
+def cluster(hardware) -> Iterator[LocalRayCluster]:
+    local = LocalRayCluster(prefix="rd-")
+    try:
+        local.start_head({**hardware.environ(), "RAY_ACCEL_DASHBOARD": "1",
+                          "RAY_ACCEL_DASHBOARD_REFRESH_S": "1"}, "--num-cpus=4")
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def dashboard(cluster) -> str:
+    url = ray_dashboard_url(cluster.gcs_address)
+    assert url, "the dashboard address is not in the GCS"
+    return url
+
+
+@pytest.fixture(scope="module")
+def workload(cluster, tmp_path_factory):
+    driver = start_driver(cluster, tmp_path_factory.mktemp("job"), "trainer,idle,servers,task")
+    yield driver
+    driver.stop()
+
+
+@pytest.fixture(scope="module")
+def agent(cluster, hardware, workload) -> Iterator[AgentProcess]:
+    args = ("--ray-address", cluster.gcs_address, "--interval", "0.5",
+            "--attribution-interval", "0.5", "--register-interval", "1")
+    with AgentProcess(*args, env=hardware.environ(), ray=True) as running:
+        yield running
+
+
+def test_served_on_the_dashboard_port_behind_rays_token(cluster, dashboard, agent, workload):
+    token = cluster.token.read_text().strip()
+    assert get(f"{dashboard}/accelerators/api/summary")[0] == 401
+    assert get(f"{dashboard}/accelerators/api/summary", "wrong")[0] == 403
+    summary = wait_json(f"{dashboard}/accelerators/api/summary", token,
+                        lambda s: s["devices"]["total"] == 8
+                        and s["devices"]["idle_allocations"] >= 1)
+    assert summary["nodes"]["total"] == 1
+    status, page = get(f"{dashboard}/accelerators/", token)
+    assert status == 200 and b'<div id="root">' in page
+    idle = workload.identities["idle"]
+    actor = wait_json(f"{dashboard}/accelerators/api/actors/{idle['actor_id']}", token,
+                      lambda a: a["idle"])
+    assert actor["actor_class"] == "IdleHolder" and actor["pid"] == idle["pid"]
+    assert [d["index"] for d in actor["devices"]] == idle["gpu_ids"]
+    task = workload.identities["task"]
+    found = wait_json(f"{dashboard}/accelerators/api/tasks/{task['task_id']}", token,
+                      lambda t: t["devices"])
+    assert found["task_name"] == "preprocess"
+    # Ray's own pages are untouched
+    assert get(f"{dashboard}/api/version", token)[0] == 200
+    assert get(f"{dashboard}/nodes?view=summary", token)[0] == 200
+
+
+def test_browser_clicks_through_every_view(cluster, dashboard, agent, workload, tmp_path):
+    token = cluster.token.read_text().strip()
+    wait_json(f"{dashboard}/accelerators/api/summary", token,
+              lambda s: s["devices"]["idle_allocations"] >= 1)
+    shots = os.environ.get("RAY_ACCEL_SCREENSHOTS") or str(tmp_path / "shots")
+    result = subprocess.run(
+        ["node", "e2e/browser.mjs"], cwd=FRONTEND, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "BASE_URL": dashboard, "TOKEN": token, "SHOTS": shots,
+             "EXPECT_DEVICES": "8", "EXPECT_IDLE_CLASS": "IdleHolder"})
+    print(result.stdout, result.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for view in ("cluster", "node", "workloads", "findings"):
+        assert (Path(shots) / f"{view}.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("environment,accelerators_status", [
+    ({}, 404),  # not enabled: nothing of ours is loaded
+    ({"RAY_ACCEL_DASHBOARD": "1", "RAY_ACCEL_DASHBOARD_FAIL": "install"}, 404),
+    ({"RAY_ACCEL_DASHBOARD": "1", "RAY_ACCEL_DASHBOARD_FAIL": "import"}, 404),
+    ({"RAY_ACCEL_DASHBOARD": "1", "RAY_ACCEL_DASHBOARD_FAIL": "run"}, 503),
+], ids=["disabled", "bootstrap-fails", "import-fails", "run-fails"])
+def test_rays_dashboard_survives(environment, accelerators_status):
+    local = LocalRayCluster(prefix="rf-")
+    try:
+        local.start_head(environment, "--num-cpus=1")
+        url = ray_dashboard_url(local.gcs_address)
+        token = local.token.read_text().strip()
+        assert get(f"{url}/api/version", token)[0] == 200
+        assert get(f"{url}/nodes?view=summary", token)[0] == 200
+        assert get(f"{url}/", token)[0] == 200
+        status, body = get(f"{url}/accelerators/api/summary", token)
+        assert status == accelerators_status, body
+        if status == 503:
+            assert b"failure injected" in body
+    finally:
+        local.stop()
