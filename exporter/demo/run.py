@@ -29,11 +29,14 @@ READY_TIMEOUT_S = 240
 
 
 def _start_workload(cluster: LocalRayCluster, out: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "ray_accel.exporter.demo.workload",
-         "--address", cluster.gcs_address, "--out", str(out)],
-        env=cluster.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "driver.log", "w") as log:  # Ray's own chatter stays out of the demo
+        return subprocess.Popen(
+            [sys.executable, "-m", "ray_accel.exporter.demo.workload",
+             "--address", cluster.gcs_address, "--out", str(out)],
+            env=cluster.env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            text=True,
+        )
 
 
 def _percent(value: float | None) -> str:
