@@ -94,7 +94,8 @@ def test_driver_missing_at_start_then_appearing(tmp_path):
     doc = scenario(devices=2, freeze_at_s=None)
     doc["errors"] = [{"function": "nvmlInitWithFlags", "device": None,
                       "code": "DRIVER_NOT_LOADED", "until_s": 1.5}]
-    args = ("--simulate", write_scenario(tmp_path, doc), "--interval", "0.2", "--retry", "0.5")
+    args = ("--simulate", write_scenario(tmp_path, doc), "--interval", "0.2", "--retry", "0.5",
+            "--backend", "nvidia")  # backends[0] below: the AMD backend is left out
     with AgentProcess(*args) as agent:
         first = agent.wait_for(lambda d: d["cycle"] >= 1)
         if not first["backends"][0]["up"]:

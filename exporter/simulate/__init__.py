@@ -1,4 +1,4 @@
-"""Simulated NVIDIA hardware: a fake ``libnvidia-ml.so.1`` driven by scenario files.
+"""Simulated hardware: a fake ``libnvidia-ml.so.1`` and a fake ``amdsmi``, driven by scenario files.
 
 The unmodified ``pynvml`` binding (nvidia-ml-py) and Ray's vendored copy load the
 fake library like the real one. A scenario (see docs/simulation.md) describes the
@@ -10,6 +10,10 @@ both::
     subprocess.run([...], env={**os.environ, **hw.environ()})  # a child sees 8 H200s
     hw.activate()                                              # or this process does
     import pynvml; pynvml.nvmlInit()
+
+A scenario's AMD devices (``"vendor": "amd"``) are served by a fake ``amdsmi``
+package (``fake_amdsmi/``) with the real module's names and return shapes;
+`activate` and `environ` make ``import amdsmi`` find it.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ import contextlib
 import copy
 import ctypes
 import fcntl
+import importlib
 import json
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -32,6 +38,7 @@ from .build import BuildError, build_library
 from .scenario import ScenarioError, available_scenarios, load_scenario, render_state
 
 __all__ = [
+    "FAKE_AMDSMI_DIR",
     "STATE_ENV",
     "BuildError",
     "ScenarioError",
@@ -46,6 +53,8 @@ STATE_FILE_NAME = "fakenvml.state"
 # processes (e.g. Ray workers opening simulated contexts) can change it too.
 SCENARIO_FILE_NAME = "scenario.json"
 LOCK_FILE_NAME = ".lock"
+# Holds the simulated `amdsmi` package: first on sys.path / PYTHONPATH when simulating.
+FAKE_AMDSMI_DIR = pathlib.Path(__file__).resolve().parent / "fake_amdsmi"
 
 
 class SimulatedHardware:
@@ -135,8 +144,11 @@ class SimulatedHardware:
         """Environment variables that make a child process use this hardware."""
         library_dir = str(self.library_path.parent)
         current = os.environ.get("LD_LIBRARY_PATH", "")
+        python_path = os.environ.get("PYTHONPATH", "")
         return {
             "LD_LIBRARY_PATH": f"{library_dir}:{current}" if current else library_dir,
+            "PYTHONPATH": (f"{FAKE_AMDSMI_DIR}{os.pathsep}{python_path}" if python_path
+                           else str(FAKE_AMDSMI_DIR)),
             STATE_ENV: str(self.state_path),
         }
 
@@ -144,10 +156,13 @@ class SimulatedHardware:
         """Makes this process use the hardware: a later ``nvmlInit`` binds to it.
 
         Preloads the library globally, so the binding's ``CDLL("libnvidia-ml.so.1")``
-        resolves to it, and points the library at this state file.
+        resolves to it, points the library at this state file, and puts the
+        simulated ``amdsmi`` first on ``sys.path`` (a later ``amdsmi_init``
+        binds to this hardware).
         """
         os.environ[STATE_ENV] = str(self.state_path)
         ctypes.CDLL(str(self.library_path), mode=ctypes.RTLD_GLOBAL)
+        activate_fake_amdsmi()
 
     def update(self, scenario: Mapping[str, Any]) -> None:
         """Replaces the scenario, keeping the epoch (t continues from where it is).
@@ -234,6 +249,23 @@ class SimulatedHardware:
             self._last_mtime_ns = mtime_ns
             self._scenario = expanded
             self.scenario_name = expanded["name"]
+
+
+def activate_fake_amdsmi() -> None:
+    """Makes ``import amdsmi`` in this process load the simulated package.
+
+    An ``amdsmi`` imported before from elsewhere (the PyPI wheel) is forgotten,
+    so that the next import finds the simulated one.
+    """
+    fake = str(FAKE_AMDSMI_DIR)
+    if fake in sys.path:
+        sys.path.remove(fake)
+    sys.path.insert(0, fake)
+    loaded = sys.modules.get("amdsmi")
+    if loaded is not None and not getattr(loaded, "SIMULATED", False):
+        for name in [n for n in sys.modules if n == "amdsmi" or n.startswith("amdsmi.")]:
+            del sys.modules[name]
+    importlib.invalidate_caches()
 
 
 def _replace(path: pathlib.Path, text: str, mtime_ns: int | None = None) -> None:

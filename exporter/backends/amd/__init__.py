@@ -1,0 +1,5 @@
+"""AMD GPUs through the ``amdsmi`` Python API (ROCm's amd-smi-lib)."""
+
+from .backend import AmdBackend
+
+__all__ = ["AmdBackend"]
