@@ -80,6 +80,8 @@ def for_real_processes(scenario: str | os.PathLike[str] | Mapping[str, Any]) -> 
     """
     document = copy.deepcopy(load_scenario(scenario))
     for device in document["devices"]:
+        if device.get("vendor", "nvidia") != "nvidia":
+            continue  # simulated contexts are CUDA contexts: NVIDIA devices only
         device.update(processes=[], load_from_processes=True, utilization_gpu_percent=0,
                       utilization_memory_percent=0, memory_used_bytes=0)
         for mig in device.get("mig_devices") or []:
