@@ -15,7 +15,15 @@ from typing import Protocol
 from aiohttp import web
 
 from .attribution.guard import DEFAULT_TASK_ID_CAP, TaskIdGuard
+from .attribution.transfers import DEFAULT_REPORT_AFTER_S, DEFAULT_STALL_AFTER_S
 from .backends import Backend, load_backends
+from .collective import (
+    DEFAULT_BUSY_UTILIZATION,
+    DEFAULT_FLAT_BYTES_PER_S,
+    DEFAULT_WINDOW_S,
+    CollectiveStallDetector,
+    CollectiveStallSettings,
+)
 from .sampler import Sampler
 from .server import AgentHttp
 from .store import SnapshotStore
@@ -66,6 +74,14 @@ class AgentConfig:
     otlp_endpoint: str | None = None
     otlp_protocol: str | None = None
     otlp_interval_s: float | None = None
+    # Ray Direct Transport transfers and hung collectives (docs/transfers.md).
+    transfers: bool = True
+    transfer_stall_after_s: float = DEFAULT_STALL_AFTER_S
+    transfer_report_after_s: float = DEFAULT_REPORT_AFTER_S
+    transfer_pairing: str = "auto"  # "auto" (on the head node), "always", "never"
+    collective_window_s: float = DEFAULT_WINDOW_S
+    collective_busy_utilization: float = DEFAULT_BUSY_UTILIZATION
+    collective_flat_bytes_per_s: float = DEFAULT_FLAT_BYTES_PER_S
 
 
 class AgentExtension(Protocol):
@@ -105,6 +121,9 @@ class Agent:
             self.store, interval_s=config.interval_s, node_labels=node_labels,
             agent_facts=facts, retry_s=config.retry_s,
             attribution=(lambda: self.attribution.latest) if self.attribution else None,
+            collective=CollectiveStallDetector(CollectiveStallSettings(
+                config.collective_window_s, config.collective_busy_utilization,
+                config.collective_flat_bytes_per_s)),
         )
         self.extensions: list[AgentExtension] = list(
             configured_extensions(config) if extensions is None else extensions
@@ -117,13 +136,15 @@ class Agent:
         if not config.ray:
             return None
         from .attribution.ray_sources import RaySources
-        from .attribution.refresher import AttributionRefresher
+        from .attribution.refresher import AttributionRefresher, TransferSettings
 
         return AttributionRefresher(
             lambda: RaySources.discover(config.ray_address, config.ray_node_id),
             interval_s=config.attribution_interval_s,
             guard=TaskIdGuard(cap=config.task_id_cap),
             names=config.names,
+            transfers=TransferSettings(config.transfers, config.transfer_stall_after_s,
+                                       config.transfer_report_after_s, config.transfer_pairing),
         )
 
     @property

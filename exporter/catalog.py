@@ -185,6 +185,19 @@ AGENT_INFO = "ray.accelerator.agent.info"
 ATTRIBUTION_UP = "ray.accelerator.attribution.up"
 ATTRIBUTION_AGE = "ray.accelerator.attribution.age"
 ATTRIBUTION_DROPPED_LABELS = "ray.accelerator.attribution.dropped_labels"
+RDT_CALL_AGE = "ray.accelerator.rdt.call.age"
+TRANSFERS_IN_FLIGHT = "ray.accelerator.transfer.in_flight"
+TRANSFERS_STALLED = "ray.accelerator.transfer.stalled"
+TRANSFER_OLDEST_AGE = "ray.accelerator.transfer.oldest.age"
+TRANSFER_ABORTS = "ray.accelerator.transfer.aborts"
+COLLECTIVE_SUSPECTED_STALL = "ray.accelerator.collective.suspected_stall"
+
+# The two ends of a transfer (Ray Direct Transport): actor, class, node and devices
+# (comma-separated device UUIDs, empty where no agent of the pairing node knows them).
+TRANSFER_LABELS: tuple[str, ...] = (
+    "ray_job_id", "src_actor_id", "src_actor_class", "src_node_id", "src_devices",
+    "dst_actor_id", "dst_actor_class", "dst_node_id", "dst_devices",
+)
 
 CATALOG: tuple[MetricSpec, ...] = (
     # Device activity
@@ -290,6 +303,36 @@ CATALOG: tuple[MetricSpec, ...] = (
     _counter(ATTRIBUTION_DROPPED_LABELS, "{value}",
              "Label values left out by the cardinality guard (e.g. task ids beyond the cap), "
              "by label.", "label", scope=Scope.AGENT),
+    # Transfers (Ray Direct Transport) and collectives; see docs/transfers.md
+    _gauge(RDT_CALL_AGE, "s",
+           "Age of a Ray system call (`<Class>.__ray_call__`: an RDT send or receive, a "
+           "collective set-up) on an actor of this node that has been running or waiting "
+           "longer than the agent's report threshold: since it started when running, since "
+           "it was submitted when pending. `devices` lists the UUIDs of the devices the "
+           "actor holds.",
+           "ray_task_id", "ray_job_id", "ray_actor_id", "actor_class", "state", "devices",
+           scope=Scope.AGENT),
+    _gauge(TRANSFERS_IN_FLIGHT, "{transfer}",
+           "RDT transfers in flight between two actors (a send paired with its receive), "
+           "stalled ones included. Exported by the agent that pairs transfers (the head "
+           "node's).", *TRANSFER_LABELS, scope=Scope.AGENT),
+    _gauge(TRANSFERS_STALLED, "{transfer}",
+           "RDT transfers between two actors in flight for longer than the stall threshold "
+           "(default 10 s; Ray kills both actors after 60 s).", *TRANSFER_LABELS,
+           scope=Scope.AGENT),
+    _gauge(TRANSFER_OLDEST_AGE, "s",
+           "Seconds since the oldest in-flight RDT transfer between the two actors was "
+           "submitted.", *TRANSFER_LABELS, scope=Scope.AGENT),
+    _counter(TRANSFER_ABORTS, "{transfer}",
+             "Stalled RDT transfers that ended with both actors dead (Ray aborts a transfer "
+             "by killing both ends), since the agent started, by job.", "ray_job_id",
+             scope=Scope.AGENT),
+    _gauge(COLLECTIVE_SUSPECTED_STALL, "",
+           "1 while the device has been busy (utilization at or above the busy threshold) "
+           "with its interconnect byte counters (NVLink, else PCIe) flat for the whole "
+           "detection window: the signature of a hung collective spinning on its peers; "
+           "else 0. One series per Ray worker holding the device (empty Ray labels when "
+           "none).", scope=Scope.PROCESS),
 )
 
 _BY_NAME = {spec.name: spec for spec in CATALOG}

@@ -92,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="leave actor classes, actor names and task names out of labels "
                           "(pids and Ray ids only)")
     from .cluster.cli import add_agent_arguments, register
+    from .transfers_command import add_agent_transfer_arguments
+    from .transfers_command import register as register_transfers
 
+    add_agent_transfer_arguments(agent)
     add_agent_arguments(agent)
     agent.set_defaults(run=_run_agent)
 
@@ -116,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     topo_command.add_arguments(topo)
     topo.set_defaults(run=_print_topology)
     register(commands)  # deploy, undeploy, status, sd-file
+    register_transfers(commands)  # transfers
     register_grafana(commands)  # grafana
     register_dashboard(commands)  # dashboard
     return parser
@@ -123,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .cluster.cli import agent_options
+    from .transfers_command import transfer_options
 
     if args.backends:
         unknown = sorted(set(args.backends) - set(available_backends()))
@@ -147,7 +152,7 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                          ray_node_id=args.ray_node_id,
                          attribution_interval_s=args.attribution_interval,
                          task_id_cap=args.task_id_cap, names=not args.hide_names,
-                         **agent_options(args, parser))
+                         **agent_options(args, parser), **transfer_options(args))
     try:
         asyncio.run(serve_forever(Agent(config)))
     except OSError as error:

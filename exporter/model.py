@@ -138,6 +138,18 @@ class NodeSnapshot:
     attribution: Attribution = UNATTRIBUTED
     # device uuid -> the Ray workers holding it, from the attribution's grants
     holders: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
+    # device uuid -> suspected hung collective (collective.py), for devices with a verdict
+    collective_stalls: Mapping[str, bool] = field(default_factory=dict)
+
+
+def actor_devices(snapshot: NodeSnapshot) -> dict[str, tuple[str, ...]]:
+    """Ray actor id -> UUIDs of the devices (on this node) Ray assigned to it."""
+    found: dict[str, list[str]] = {}
+    for uuid, holders in snapshot.holders.items():
+        for holder in holders:
+            if holder.identity.actor_id:
+                found.setdefault(holder.identity.actor_id, []).append(uuid)
+    return {actor: tuple(sorted(uuids)) for actor, uuids in found.items()}
 
 
 def labels_of(pairs: Iterable[tuple[str, str]] | Mapping[str, str]) -> Labels:

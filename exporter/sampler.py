@@ -21,6 +21,7 @@ from typing import Any
 from .attribution.model import UNATTRIBUTED, Attribution
 from .attribution.slots import assign_holders
 from .backends.base import Backend, BackendUnavailable, ErrorTally
+from .collective import CollectiveStallDetector
 from .model import BackendStatus, Device, DeviceSample, NodeSnapshot, stale_after_s
 from .rates import with_link_rates
 from .store import SnapshotStore
@@ -190,6 +191,7 @@ class Sampler:
         agent_facts: Mapping[str, str] | None = None,
         retry_s: float = 30.0,
         attribution: Callable[[], Attribution] | None = None,
+        collective: CollectiveStallDetector | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
@@ -198,6 +200,7 @@ class Sampler:
         self.node_labels = dict(node_labels or {})
         self.agent_facts = dict(agent_facts or {})
         self._attribution = attribution or (lambda: UNATTRIBUTED)
+        self._collective = collective or CollectiveStallDetector()
         self.stale_after_s = stale_after_s(interval_s)
         self._runners = [BackendRunner(b, retry_s) for b in backends]
         self._tally = ErrorTally()
@@ -259,6 +262,7 @@ class Sampler:
             attribution=attribution,
             holders=assign_holders([s.device for s in samples], attribution.visible_devices,
                                    attribution.grants),
+            collective_stalls=self._collective.update(samples),
         )
         self.store.publish(snapshot)
         return snapshot

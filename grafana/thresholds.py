@@ -93,6 +93,15 @@ class Thresholds:
     attribution_stale_for: float = _threshold(
         5 * MINUTE, Kind.DURATION, "how long the Ray attribution must stay stale")
 
+    # Transfers and collectives (Ray Direct Transport)
+    transfer_stalled_for: float = _threshold(
+        5, Kind.DURATION, "how long the agent must report a transfer as stalled (it calls one "
+        "stalled once in flight past its --transfer-stall-after, 10 s by default)")
+    transfer_abort_window: float = _threshold(
+        15 * MINUTE, Kind.DURATION, "window in which an aborted transfer keeps its alert firing")
+    collective_stall_for: float = _threshold(
+        1 * MINUTE, Kind.DURATION, "how long a device must stay suspected of a hung collective")
+
     def __post_init__(self) -> None:
         for item in dataclasses.fields(self):
             _check(item.name, item.metadata["kind"], getattr(self, item.name))

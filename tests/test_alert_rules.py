@@ -170,6 +170,9 @@ def test_annotation_templates_are_predictable():
         check("{{ $value | humanize }}")
 
 
-def test_transfer_stall_rules_have_their_place():
-    assert alert_rules.transfer_rules(AlertConfig()) == ()
-    assert "ray-accel.transfers" not in {g.name for g in groups()}
+def test_transfer_stall_rules_are_in_their_group():
+    names = {r.name for r in alert_rules.transfer_rules(AlertConfig())}
+    assert names == {"RayAcceleratorTransferStalled", "RayAcceleratorCollectiveSuspectedStall",
+                     "RayAcceleratorTransferAborted"}
+    (group,) = [g for g in groups() if g.name == "ray-accel.transfers"]
+    assert {r.name for r in group.rules} == names

@@ -250,3 +250,11 @@ def test_json_snapshot_lists_holders():
     assert devices["0"]["processes"][0]["ray_task_id"] == "t1"
     assert devices["2"]["allocated"] == 0
     assert doc["attribution"]["node_id"] == "ab" * 28
+
+
+def test_names_can_be_left_out_of_labels():
+    ray = ScriptedRay([_worker(100, 0, actor="act1")],
+                      [RunningTask("task-a", "Trainer.step", "01000000", "act1", 100)])
+    identity = AttributionRefresher(lambda: ray, names=False).refresh().identity(100)
+    assert (identity.actor_class, identity.actor_name, identity.task_name) == ("", "", "")
+    assert (identity.actor_id, identity.task_id) == ("act1", "task-a")

@@ -132,6 +132,10 @@ def _attribution_up(agent: AgentProcess) -> dict[str, float]:
     return {s.labels["source"]: s.value for s in _series(body, "ray_accelerator_attribution_up")}
 
 
+# The agent asks the State API for unfinished actor tasks too (transfers, docs/transfers.md).
+ALL_UP = {"raylet": True, "state_api": True, "transfers": True}
+
+
 def _sources(doc: dict) -> dict[str, bool]:
     return {s["name"]: s["up"] for s in doc["attribution"]["sources"]}
 
@@ -144,7 +148,7 @@ def test_raylet_and_gcs_stop_and_come_back(ray_node, tmp_path):
             "--attribution-interval", "0.3")
     try:
         with AgentProcess(*args, env=hardware.environ(), ray=True) as agent:
-            agent.wait_for(lambda d: _sources(d) == {"raylet": True, "state_api": True},
+            agent.wait_for(lambda d: _sources(d) == ALL_UP,
                            timeout=60)
             for daemon, source in (("/raylet", "raylet"), ("/gcs_server", "state_api")):
                 frozen = _daemon_pid(daemon, cluster)
@@ -160,7 +164,7 @@ def test_raylet_and_gcs_stop_and_come_back(ray_node, tmp_path):
                     assert ups[source] == 0
                 finally:
                     os.kill(frozen, signal.SIGCONT)
-                agent.wait_for(lambda d: _sources(d) == {"raylet": True, "state_api": True},
+                agent.wait_for(lambda d: _sources(d) == ALL_UP,
                                timeout=90)
     finally:
         driver.stop()

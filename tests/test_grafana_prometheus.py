@@ -78,7 +78,20 @@ EMPTY_VARIABLES = {
 }
 # Panel queries that may return nothing in this setup, and why. Empty: the
 # scenario makes every panel show data.
-EMPTY_PANELS: dict[tuple[str, str, str], str] = {}
+# Panels whose series exist only while Ray Direct Transport transfers run or a
+# collective hangs; this setup runs neither. tests/test_transfers_ray.py and
+# tests/test_collective_agent.py produce those series and check them.
+_TRANSFERS = "only while RDT transfers are in flight (tests/test_transfers_ray.py)"
+_COLLECTIVES = "only while a collective hangs (tests/test_collective_agent.py)"
+EMPTY_PANELS: dict[tuple[str, str, str], str] = {
+    ("ray-accel-interconnect", "Suspected hung collectives", "A"): _COLLECTIVES,
+    ("ray-accel-workload", "Stalled transfers", "A"): _TRANSFERS,
+    ("ray-accel-workload", "Stalled transfers", "B"): _TRANSFERS,
+    ("ray-accel-workload", "Transfers in flight by job", "A"): _TRANSFERS,
+    ("ray-accel-workload", "Transfers in flight by job", "B"): _TRANSFERS,
+    ("ray-accel-workload", "Oldest transfer age", "A"): _TRANSFERS,
+    ("ray-accel-workload", "Long-running system calls", "A"): _TRANSFERS,
+}
 
 
 def faulty_hgx() -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .transfers import SystemCall, Transfer
+
 
 @dataclass(frozen=True, slots=True)
 class RayIdentity:
@@ -41,6 +43,7 @@ class Holder:
 DISCOVERY = "discovery"
 RAYLET = "raylet"
 STATE_API = "state_api"
+TRANSFERS = "transfers"  # the State API's unfinished actor tasks, for RDT transfers
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,13 @@ class Attribution:
     visible_devices: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
     # label name -> values left out of labels by the cardinality guard since start
     dropped_labels: Mapping[str, int] = field(default_factory=dict)
+    # Ray Direct Transport (transfers.py): this node's long-running `__ray_call__`s,
+    # and, on the agent that pairs them (the head node's), the cluster's transfers
+    # and the stalled ones that ended with both actors dead, by job.
+    rdt_calls: tuple[SystemCall, ...] = ()
+    transfers: tuple[Transfer, ...] = ()
+    pairs_transfers: bool = False
+    transfer_aborts: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def knows_allocations(self) -> bool:

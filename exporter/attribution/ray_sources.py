@@ -54,6 +54,8 @@ from ray.exceptions import AuthenticationError
 from ray.util.state.api import StateApiClient
 from ray.util.state.common import ListApiOptions, StateResource, TaskState
 
+from .transfers import ActorTask
+
 log = logging.getLogger(__name__)
 
 #: Variables in the raylet's environment that list the devices Ray hands out.
@@ -138,6 +140,7 @@ class LocalRayNode:
     session_dir: str
     labels: Mapping[str, str]
     visible_devices: Mapping[str, tuple[str, ...] | None]
+    is_head: bool = False
 
 
 class _Deadline:
@@ -506,6 +509,21 @@ def _worker_info(stats: common_pb2.CoreWorkerStats) -> RayWorkerInfo:
     )
 
 
+def _seconds(milliseconds: int | None) -> float | None:
+    return milliseconds / 1000 if milliseconds else None
+
+
+def _actor_task(task: TaskState) -> ActorTask:
+    return ActorTask(
+        task_id=task.task_id, name=task.name or task.func_or_class_name or "",
+        state=str(task.state), job_id=task.job_id or "", actor_id=task.actor_id or "",
+        parent_task_id=task.parent_task_id or "", node_id=task.node_id or "",
+        pid=int(task.worker_pid or 0),
+        created_at=_seconds(task.creation_time_ms) or _seconds(task.start_time_ms) or 0.0,
+        started_at=_seconds(task.start_time_ms),
+    )
+
+
 def _running_task(task: TaskState) -> RunningTask:
     return RunningTask(
         task_id=task.task_id,
@@ -573,8 +591,21 @@ class RaySources:
                 session_dir=chosen.session_dir,
                 labels=MappingProxyType(dict(chosen.labels)),
                 visible_devices=_visible_devices(raylet.pid),
+                is_head=chosen.is_head_node,
             )
         )
+
+    @classmethod
+    def for_cluster(cls, gcs_address: str) -> RaySources:
+        """Cluster-wide sources (State API, GCS) for a client that runs no Ray node.
+
+        Only the calls that need no local raylet work (`actor_tasks`, `actor_states`).
+        """
+        _enable_token_auth()
+        return cls(LocalRayNode(node_id="", node_ip="", raylet_address="",
+                                gcs_address=_canonical(gcs_address), session_dir="",
+                                labels=MappingProxyType({}),
+                                visible_devices=MappingProxyType({})))
 
     def workers(self, timeout_s: float = 2.0) -> list[RayWorkerInfo]:
         """Every worker and driver on this node, with the resource slots each holds.
@@ -630,6 +661,54 @@ class RaySources:
             raise RaySourceError(f"State API at {url} failed to list tasks: {error}") from error
         # A task between scheduling and start may not have its worker pid yet.
         return [_running_task(task) for task in tasks if task.worker_pid]
+
+    def actor_tasks(self, timeout_s: float = 5.0) -> list[ActorTask]:
+        """Every actor task of the cluster that has not finished, with its times.
+
+        One State API `list_tasks` call (detail, for the creation and start
+        times). Pending tasks may not name their node yet, so the caller picks
+        a node's tasks by actor. Feeds RDT transfer pairing (`transfers.py`).
+        """
+        self._check_open()
+        tasks = self._list_tasks(
+            [("type", "=", "ACTOR_TASK"), ("state", "!=", "FINISHED"), ("state", "!=", "FAILED")],
+            detail=True, deadline=_Deadline(timeout_s))
+        # A task whose creation event has not reached the State API (events are
+        # batched, and may come out of order) has no creation time: it cannot be
+        # aged or paired in time, so it waits for a later refresh. Its start time
+        # stands in when only that arrived.
+        return [_actor_task(task) for task in tasks
+                if task.creation_time_ms or task.start_time_ms]
+
+    def actor_states(self, actor_ids: Iterable[str], timeout_s: float = 2.0) -> dict[str, str]:
+        """actor id -> GCS actor state ("ALIVE", "DEAD", ...); unknown actors are left out."""
+        self._check_open()
+        deadline = _Deadline(timeout_s)
+        states = {}
+        for actor_id in sorted(set(actor_ids)):
+            request = gcs_service_pb2.GetAllActorInfoRequest(
+                filters=gcs_service_pb2.GetAllActorInfoRequest.Filters(
+                    actor_id=bytes.fromhex(actor_id)))
+            reply = self._gcs.call(gcs_service_pb2_grpc.ActorInfoGcsServiceStub,
+                                   "GetAllActorInfo", request, deadline.remaining())
+            for actor in reply.actor_table_data:
+                states[actor_id] = gcs_pb2.ActorTableData.ActorState.Name(actor.state)
+        return states
+
+    def _list_tasks(self, filters: list[tuple[str, str, str]], detail: bool,
+                    deadline: _Deadline) -> list[TaskState]:
+        url, client = self._state_api(deadline)
+        options = ListApiOptions(limit=_TASK_LIST_LIMIT,
+                                 timeout=max(1, round(deadline.remaining())),
+                                 detail=detail, filters=filters)
+        try:
+            return client.list(StateResource.TASKS, options, raise_on_missing_output=False)
+        except Exception as error:  # requests, JSON and State API errors alike
+            with self._lock:
+                self._state_client = None
+            if isinstance(error, AuthenticationError):
+                _forget_token()
+            raise RaySourceError(f"State API at {url} failed to list tasks: {error}") from error
 
     def close(self) -> None:
         """Close the connections; later calls raise `RaySourceError`."""

@@ -12,17 +12,64 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from .guard import TaskIdGuard
-from .model import DISCOVERY, RAYLET, STATE_API, Attribution, Grant, RayIdentity, SourceStatus
+from .model import (
+    DISCOVERY,
+    RAYLET,
+    STATE_API,
+    TRANSFERS,
+    Attribution,
+    Grant,
+    RayIdentity,
+    SourceStatus,
+)
 from .ray_sources import RayNotFound, RaySourceError, RaySources, RayWorkerInfo, RunningTask
 from .slots import VENDOR_RESOURCES
+from .transfers import (
+    DEFAULT_REPORT_AFTER_S,
+    DEFAULT_STALL_AFTER_S,
+    AbortTracker,
+    ActorTask,
+    SystemCall,
+    Transfer,
+    long_running_calls,
+    pair_transfers,
+)
 
 log = logging.getLogger(__name__)
 
 Discover = Callable[[], RaySources]
 RAYLET_FAILURES_BEFORE_REDISCOVERY = 3
 ACCELERATOR_RESOURCES = frozenset(resource for resource, _ in VENDOR_RESOURCES.values())
+# Who pairs RDT transfers cluster-wide: the head node's agent ("auto"), every agent, none.
+PAIRING_MODES = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """How the agent watches Ray Direct Transport transfers (docs/transfers.md)."""
+
+    enabled: bool = True
+    stall_after_s: float = DEFAULT_STALL_AFTER_S
+    report_after_s: float = DEFAULT_REPORT_AFTER_S
+    pairing: str = "auto"
+
+
+def _unnamed(task: ActorTask) -> ActorTask:
+    """The task without its actor class (`names=False`): `__ray_call__` stays."""
+    return replace(task, name=task.name.rpartition(".")[2])
+
+
+def _nameless(calls: tuple[SystemCall, ...]) -> tuple[SystemCall, ...]:
+    return tuple(replace(c, task=_unnamed(c.task)) for c in calls)
+
+
+def _nameless_transfers(transfers: tuple[Transfer, ...]) -> tuple[Transfer, ...]:
+    return tuple(replace(t, source=replace(t.source, task=_unnamed(t.source.task)),
+                         destination=replace(t.destination, task=_unnamed(t.destination.task)))
+                 for t in transfers)
 
 
 class AttributionRefresher:
@@ -30,12 +77,18 @@ class AttributionRefresher:
 
     def __init__(self, discover: Discover, interval_s: float = 2.0,
                  guard: TaskIdGuard | None = None, rediscover_s: float = 10.0,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, transfers: TransferSettings | None = None,
+                 names: bool = True) -> None:
+        """`names=False` leaves actor classes, actor names and task names out of labels."""
         self._discover = discover
+        # Off unless asked for (the agent asks, per its --no-transfers flag).
+        self.transfer_settings = transfers or TransferSettings(enabled=False)
+        self._aborts = AbortTracker()
         self.interval_s = interval_s
         self._rediscover_s = rediscover_s
         self._timeout_s = timeout_s
         self._guard = guard or TaskIdGuard()
+        self._names = names
         self._sources: RaySources | None = None
         self._raylet_failures = 0
         self._next_discovery = 0.0
@@ -78,8 +131,52 @@ class AttributionRefresher:
                 statuses.append(SourceStatus(STATE_API, True))
             except RaySourceError as error:
                 statuses.append(SourceStatus(STATE_API, False, str(error)))
-        self.latest = self._build(sources, workers, tasks_by_pid, tuple(statuses))
+        attribution = self._build(sources, workers, tasks_by_pid, tuple(statuses))
+        if self.transfer_settings.enabled:
+            attribution = self._with_transfers(sources, workers, attribution)
+        self.latest = attribution
         return self.latest
+
+    def _with_transfers(self, sources: RaySources, workers: list[RayWorkerInfo],
+                        attribution: Attribution) -> Attribution:
+        """The attribution with this node's long-running `__ray_call__`s and, when this
+        agent pairs (the head's, by default), the cluster's transfers."""
+        settings = self.transfer_settings
+        try:
+            tasks = sources.actor_tasks(timeout_s=self._timeout_s)
+        except RaySourceError as error:
+            return replace(attribution, sources=(*attribution.sources,
+                                                 SourceStatus(TRANSFERS, False, str(error))))
+        now = time.time()
+        local = frozenset(w.actor_id for w in workers if w.actor_id)
+        calls = long_running_calls(tasks, now, settings.report_after_s, local_actors=local)
+        pairs = settings.pairing == "always" or (settings.pairing == "auto"
+                                                  and sources.node.is_head)
+        transfers = (self._aborts.alive(pair_transfers(tasks, now, settings.stall_after_s))
+                     if pairs else ())
+        if pairs:
+            self._count_aborts(sources, transfers)
+        if not self._names:
+            calls, transfers = _nameless(calls), _nameless_transfers(transfers)
+        return replace(attribution, sources=(*attribution.sources, SourceStatus(TRANSFERS, True)),
+                       rdt_calls=self._admitted(calls), transfers=transfers,
+                       pairs_transfers=pairs, transfer_aborts=dict(self._aborts.aborts))
+
+    def _admitted(self, calls: tuple[SystemCall, ...]) -> tuple[SystemCall, ...]:
+        # Their task ids are labels too: the same cardinality guard applies.
+        return tuple(replace(c, task=replace(c.task, task_id=self._guard.admit(c.task.task_id)))
+                     for c in calls)
+
+    def _count_aborts(self, sources: RaySources, transfers: tuple[Transfer, ...]) -> None:
+        actors = self._aborts.update(transfers, time.time())
+        if not actors:
+            return
+        try:
+            states = sources.actor_states(actors, timeout_s=self._timeout_s)
+        except RaySourceError as error:
+            log.warning("cannot tell whether stalled transfers were aborted: %s", error)
+            return
+        self._aborts.settle(states, time.time())
 
     def _forget_node_after_failures(self) -> None:
         # A raylet that stays away may have been replaced (a restarted node has a
@@ -99,10 +196,11 @@ class AttributionRefresher:
             task = tasks_by_pid.get(worker.pid)
             identity = RayIdentity(
                 pid=worker.pid, job_id=worker.job_id, worker_id=worker.worker_id,
-                actor_id=worker.actor_id, actor_class=worker.actor_class,
-                actor_name=worker.actor_name,
+                actor_id=worker.actor_id,
+                actor_class=worker.actor_class if self._names else "",
+                actor_name=worker.actor_name if self._names else "",
                 task_id=self._guard.admit(task.task_id) if task else "",
-                task_name=task.name if task else "",
+                task_name=task.name if task and self._names else "",
             )
             identities[worker.pid] = identity
             for resource, resource_grants in worker.grants.items():

@@ -12,7 +12,15 @@ from typing import Any
 from .. import catalog as m
 from ..attribution.join import allocations
 from ..attribution.model import Attribution, RayIdentity
-from ..model import DeviceSample, NodeSnapshot, Reading, snapshot_placement, stale_after_s
+from ..attribution.transfers import ActorTask, Transfer
+from ..model import (
+    DeviceSample,
+    NodeSnapshot,
+    Reading,
+    actor_devices,
+    snapshot_placement,
+    stale_after_s,
+)
 
 SCHEMA_VERSION = 1
 
@@ -69,6 +77,8 @@ def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float) ->
         ],
         "errors": dict(sample.errors),
         **_holders(sample, snapshot),
+        **({"collective_suspected_stall": snapshot.collective_stalls[device.uuid]}
+           if device.uuid in snapshot.collective_stalls else {}),
     }
 
 
@@ -79,6 +89,39 @@ def _attribution(attribution: Attribution, taken_at: float) -> dict[str, Any]:
         "sources": [{"name": s.name, "up": s.up, "message": s.message}
                     for s in attribution.sources],
         "dropped_labels": dict(attribution.dropped_labels),
+    }
+
+
+def _task(task: ActorTask) -> dict[str, Any]:
+    return {"task_id": task.task_id, "name": task.name, "state": task.state,
+            "job_id": task.job_id, "actor_id": task.actor_id, "actor_class": task.actor_class,
+            "node_id": task.node_id, "pid": task.pid, "parent_task_id": task.parent_task_id,
+            "created_at": task.created_at, "started_at": task.started_at}
+
+
+def _transfer(transfer: Transfer, devices: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    labels = transfer.labels(devices)
+    return {
+        "job_id": transfer.job_id, "age_s": transfer.age_s, "stalled": transfer.stalled,
+        "consumer_task_id": transfer.consumer_task_id,
+        "source": {**_task(transfer.source.task),
+                   "devices": [d for d in labels["src_devices"].split(",") if d]},
+        "destination": {**_task(transfer.destination.task),
+                        "devices": [d for d in labels["dst_devices"].split(",") if d]},
+    }
+
+
+def transfers_document(snapshot: NodeSnapshot) -> dict[str, Any]:
+    """This node's long-running `__ray_call__`s and, on the pairing agent, the transfers."""
+    attribution = snapshot.attribution
+    devices = actor_devices(snapshot)
+    return {
+        "rdt_calls": [{**_task(c.task), "age_s": c.age_s, "pending": c.state != "RUNNING",
+                       "devices": list(devices.get(c.task.actor_id, ()))}
+                      for c in attribution.rdt_calls],
+        "pairs_transfers": attribution.pairs_transfers,
+        "transfers": [_transfer(t, devices) for t in attribution.transfers],
+        "aborts": dict(attribution.transfer_aborts),
     }
 
 
@@ -101,6 +144,7 @@ def snapshot_document(snapshot: NodeSnapshot) -> dict[str, Any]:
         ],
         "devices": [_device(s, snapshot, stale_after) for s in snapshot.devices],
         "attribution": _attribution(snapshot.attribution, snapshot.taken_at),
+        "transfers": transfers_document(snapshot),
         "errors": [
             {"backend": backend, "kind": kind, "function": function, "count": count}
             for (backend, kind, function), count in sorted(snapshot.error_counts.items())

@@ -24,8 +24,10 @@ from prometheus_client.utils import floatToGoString
 
 from .. import catalog as m
 from ..attribution.join import allocations
+from ..attribution.model import RayIdentity
+from ..attribution.transfers import grouped
 from ..catalog import CATALOG, Kind, MetricSpec
-from ..model import DeviceSample, NodeSnapshot, Reading, snapshot_placement
+from ..model import DeviceSample, NodeSnapshot, Reading, actor_devices, snapshot_placement
 
 _FAMILY_TYPES = {
     Kind.GAUGE: GaugeMetricFamily,
@@ -101,6 +103,22 @@ def _add_device(families: _Families, sample: DeviceSample, snapshot: NodeSnapsho
         _add_readings(families, process.readings,
                       (*scope_values, *identity(process.pid).labels().values()))
     _add_allocations(families, sample, snapshot, scope_values)
+    _add_collective_stall(families, sample, snapshot, scope_values)
+
+
+_NO_IDENTITY = {name: "" for name in RayIdentity(0).labels()}
+
+
+def _add_collective_stall(families: _Families, sample: DeviceSample, snapshot: NodeSnapshot,
+                          scope_values: tuple[str, ...]) -> None:
+    suspected = snapshot.collective_stalls.get(sample.device.uuid)
+    if suspected is None:
+        return
+    holders = snapshot.holders.get(sample.device.uuid, ())
+    identities = [h.identity.labels() for h in holders] or [_NO_IDENTITY]
+    for identity in identities:
+        families.add(m.spec(m.COLLECTIVE_SUSPECTED_STALL), (*scope_values, *identity.values()),
+                     1 if suspected else 0)
 
 
 def _add_allocations(families: _Families, sample: DeviceSample, snapshot: NodeSnapshot,
@@ -137,6 +155,25 @@ def _add_agent(families: _Families, snapshot: NodeSnapshot) -> None:
                      max(snapshot.taken_at - attribution.refreshed_at, 0.0))
     for label, count in attribution.dropped_labels.items():
         families.add(m.spec(m.ATTRIBUTION_DROPPED_LABELS), (), count, {"label": label})
+    _add_transfers(families, snapshot)
+
+
+def _add_transfers(families: _Families, snapshot: NodeSnapshot) -> None:
+    attribution = snapshot.attribution
+    devices = actor_devices(snapshot)
+    for call in attribution.rdt_calls:
+        task = call.task
+        families.add(m.spec(m.RDT_CALL_AGE), (), call.age_s, {
+            "ray_task_id": task.task_id, "ray_job_id": task.job_id, "ray_actor_id": task.actor_id,
+            "actor_class": task.actor_class, "state": call.state,
+            "devices": ",".join(devices.get(task.actor_id, ()))})
+    for group in grouped(attribution.transfers, devices):
+        families.add(m.spec(m.TRANSFERS_IN_FLIGHT), (), group.in_flight, group.labels)
+        families.add(m.spec(m.TRANSFERS_STALLED), (), group.stalled, group.labels)
+        families.add(m.spec(m.TRANSFER_OLDEST_AGE), (), group.oldest_age_s, group.labels)
+    if attribution.pairs_transfers:
+        for job_id, count in sorted(attribution.transfer_aborts.items()):
+            families.add(m.spec(m.TRANSFER_ABORTS), (), count, {"ray_job_id": job_id})
 
 
 def snapshot_families(snapshot: NodeSnapshot) -> list[Metric]:

@@ -79,6 +79,19 @@ def board() -> Board:
                 timeseries("PCIe width", "Current and maximum PCIe width (lanes).",
                            Query(sel(m.PCIE_WIDTH), DEVICE + " {{state}}")),
             ]),
+            Section("Hung collectives", [
+                table("Suspected hung collectives", "Devices busy while their NVLink/XGMI "
+                      "(else PCIe) byte counters stay flat for the agent's window: a "
+                      "collective spinning on peers that never answer. The "
+                      "RayAcceleratorCollectiveSuspectedStall alert's candidates.",
+                      Query(f"{sel(m.COLLECTIVE_SUSPECTED_STALL)} == 1"), hidden=HIDDEN,
+                      width=12),
+                timeseries("Suspected hung collectives by node", "Devices suspected of a hung "
+                           "collective, per node and job.",
+                           Query(f"sum by (ray_node_id, ray_job_id) "
+                                 f"({sel(m.COLLECTIVE_SUSPECTED_STALL)})",
+                                 "{{ray_node_id}} job {{ray_job_id}}"), stacked=True),
+            ]),
             Section("Topology", [
                 table("Device topology", "How each device (row) reaches each peer (column), as "
                       "in nvidia-smi topo -m: NV# for NVLinks, PIX/PXB/PHB/NODE/SYS for PCIe "

@@ -78,6 +78,44 @@ def board() -> Board:
                       hidden=HIDDEN, names={**NAMES, "Value": "Memory"}, unit="bytes",
                       width=12),
             ]),
+            Section("Transfers (Ray Direct Transport)", [
+                table("Stalled transfers", "RDT transfers in flight past the agent's stall "
+                      "threshold (10 s by default), with both actors and their devices; Ray "
+                      "kills both actors at 60 s. The RayAcceleratorTransferStalled alert's "
+                      "candidates.",
+                      Query(f"{in_job(m.TRANSFERS_STALLED)} > 0"),
+                      Query(f"{in_job(m.TRANSFER_OLDEST_AGE)} and "
+                            f"{in_job(m.TRANSFERS_STALLED)} > 0"),
+                      hidden=(*HIDDEN, "src_node_id", "dst_node_id"),
+                      names={**NAMES, "src_actor_class": "Source", "src_actor_id":
+                             "Source actor", "src_devices": "Source devices",
+                             "dst_actor_class": "Destination", "dst_actor_id":
+                             "Destination actor", "dst_devices": "Destination devices",
+                             "Value #A": "Stalled", "Value #B": "Oldest age"},
+                      height=6),
+                timeseries("Transfers in flight by job", "RDT transfers in flight (healthy "
+                           "ones last milliseconds and are rarely caught) and stalled ones.",
+                           Query(f"sum by (ray_job_id) ({in_job(m.TRANSFERS_IN_FLIGHT)})",
+                                 "in flight (job {{ray_job_id}})"),
+                           Query(f"sum by (ray_job_id) ({in_job(m.TRANSFERS_STALLED)})",
+                                 "stalled (job {{ray_job_id}})")),
+                timeseries("Oldest transfer age", "Seconds since the oldest in-flight transfer "
+                           "between two actors was submitted.",
+                           Query(in_job(m.TRANSFER_OLDEST_AGE),
+                                 "{{src_actor_class}} {{src_actor_id}} → {{dst_actor_class}} "
+                                 "{{dst_actor_id}}"), unit="s"),
+                table("Long-running system calls", "`__ray_call__` tasks (RDT sends and "
+                      "receives, collective set-up) running or waiting for more than a second, "
+                      "per actor, with the devices the actor holds.",
+                      Query(in_job(m.RDT_CALL_AGE)),
+                      hidden=HIDDEN, names={**NAMES, "state": "State", "devices": "Devices",
+                                            "Value": "Age"}, unit="s", width=12),
+                timeseries("Transfers aborted by Ray", "Stalled transfers that ended with both "
+                           "actors killed (Ray's RDT timeout), per job, over the last hour.",
+                           Query(f"sum by (ray_job_id) (increase("
+                                 f"{in_job(m.TRANSFER_ABORTS)}[1h]))", "{{ray_job_id}}"),
+                           stacked=True),
+            ]),
             Section("Outside Ray's accounting", [
                 table("Processes outside Ray", "Processes on a device that are not Ray "
                       "workers (no Ray worker id).",

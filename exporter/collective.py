@@ -1,0 +1,83 @@
+"""Suspected hung collectives, from the device side.
+
+A collective (all-reduce, all-gather, a send/recv pair) that hangs keeps its
+kernels spinning on the device, waiting for peers that never answer: the
+device stays busy while its interconnect byte counters stop moving. The
+detector watches every device's utilization and the rates of its peer links
+(NVLink, XGMI; the PCIe host link on devices without any) and calls a device
+suspected once that pattern has held for a whole window. A busy device that
+moves data, or an idle one, is not suspected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from . import catalog as m
+from .model import DeviceSample
+
+PCIE = "pcie"
+GENERAL = "general"
+DEFAULT_WINDOW_S = 30.0
+DEFAULT_BUSY_UTILIZATION = 0.8
+DEFAULT_FLAT_BYTES_PER_S = 1024.0 * 1024.0
+
+
+@dataclass(frozen=True)
+class CollectiveStallSettings:
+    """When a device counts as spinning on a hung collective."""
+
+    window_s: float = DEFAULT_WINDOW_S
+    busy_utilization: float = DEFAULT_BUSY_UTILIZATION
+    flat_bytes_per_s: float = DEFAULT_FLAT_BYTES_PER_S
+
+
+def _utilization(sample: DeviceSample) -> float | None:
+    return next((r.value for r in sample.readings
+                 if r.metric == m.GPU_UTILIZATION and dict(r.labels).get("task") == GENERAL),
+                None)
+
+
+def interconnect_rate(sample: DeviceSample) -> float | None:
+    """Bytes/s over the device's peer links (NVLink, XGMI), else its PCIe link; None unknown."""
+    peer = [link for link in sample.links if link.link_type != PCIE and link.rates]
+    links = peer or [link for link in sample.links if link.link_type == PCIE and link.rates]
+    if not links:
+        return None
+    return sum(rate for link in links for rate in link.rates.values())
+
+
+class CollectiveStallDetector:
+    """Keeps, per device, since when it has been busy with flat interconnect counters."""
+
+    def __init__(self, settings: CollectiveStallSettings | None = None) -> None:
+        self.settings = settings or CollectiveStallSettings()
+        self._since: dict[str, float] = {}
+
+    def update(self, samples: Iterable[DeviceSample]) -> dict[str, bool]:
+        """device uuid -> suspected, for every device with a verdict this cycle.
+
+        Devices that are down, or report no utilization or no link rates, get no
+        verdict (their series is absent) and start over.
+        """
+        settings = self.settings
+        verdicts: dict[str, bool] = {}
+        seen = set()
+        for sample in samples:
+            uuid = sample.device.uuid
+            seen.add(uuid)
+            utilization = _utilization(sample) if sample.up else None
+            rate = interconnect_rate(sample) if sample.up else None
+            if utilization is None or rate is None:
+                self._since.pop(uuid, None)
+                continue
+            if utilization >= settings.busy_utilization and rate <= settings.flat_bytes_per_s:
+                since = self._since.setdefault(uuid, sample.taken_at)
+                verdicts[uuid] = sample.taken_at - since >= settings.window_s
+            else:
+                self._since.pop(uuid, None)
+                verdicts[uuid] = False
+        for gone in set(self._since) - seen:
+            del self._since[gone]
+        return verdicts
