@@ -1,0 +1,124 @@
+"""Records what a real NVIDIA GPU answers to every NVML call the backend makes.
+
+Run on a machine with a GPU (no Ray needed):
+
+    python tools/record_real_gpu.py --out real-gpu.json
+
+It writes one JSON document: the driver facts, each device's identity,
+topology and one sample exactly as the agent sees them (values in base units,
+absent ones listed under `errors`), plus the raw answers of the calls whose
+shape the simulated library has to match (memory structs, field values,
+encoder sampling period, NVLink version, fabric info, MIG index behaviour).
+Comparing it with the same document taken on simulated hardware
+(`--simulate hgx-h200`) shows where the fake differs from the real thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from ray_accel.exporter.backends.nvidia import NvidiaBackend
+from ray_accel.exporter.model import NodeSnapshot
+from ray_accel.exporter.sinks.json import snapshot_document
+from ray_accel.exporter.topology import render
+
+
+def _answer(fn: Any, *args: Any) -> Any:
+    """A call's answer as JSON-ready data, or the NVML error it raised."""
+    try:
+        value = fn(*args)
+    except pynvml.NVMLError as error:
+        return {"error": str(error), "code": error.value}
+    if isinstance(value, ctypes.Structure):
+        return {name: _plain(getattr(value, name)) for name, _ in value._fields_}
+    return _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, ctypes.Array):
+        return bytes(value).hex()
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, int | float | str) or value is None:
+        return value
+    return repr(value)
+
+
+def raw_calls(handle: Any) -> dict[str, Any]:
+    """Answers whose exact shape the simulated library copies."""
+    fields = pynvml.nvmlDeviceGetFieldValues(handle, [
+        (pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, 0),
+        (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0),
+        (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0),
+        (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, 0),
+        (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0),
+        (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0),
+    ])
+    fabric = pynvml.c_nvmlGpuFabricInfoV_t()
+    return {
+        "memory_v1": _answer(pynvml.nvmlDeviceGetMemoryInfo, handle),
+        "memory_v2": _answer(pynvml.nvmlDeviceGetMemoryInfo, handle, pynvml.nvmlMemory_v2),
+        "encoder": _answer(pynvml.nvmlDeviceGetEncoderUtilization, handle),
+        "nvlink_version_0": _answer(pynvml.nvmlDeviceGetNvLinkVersion, handle, 0),
+        "nvlink_remote_type_0": _answer(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, 0),
+        "fields": [{"id": f.fieldId, "scope": f.scopeId, "return": f.nvmlReturn,
+                    "type": f.valueType, "ull": f.value.ullVal, "latency_us": f.latencyUsec}
+                   for f in fields],
+        "fabric": _answer(lambda: (pynvml.nvmlDeviceGetGpuFabricInfoV(
+            handle, ctypes.byref(fabric)), fabric)[1]),
+        "mig_mode": _answer(pynvml.nvmlDeviceGetMigMode, handle),
+        "supported_events": _answer(pynvml.nvmlDeviceGetSupportedEventTypes, handle),
+        "process_utilization": _answer(pynvml.nvmlDeviceGetProcessUtilization, handle, 0),
+    }
+
+
+def record() -> dict[str, Any]:
+    backend = NvidiaBackend()
+    devices = backend.open()
+    samples = [backend.sample(device) for device in devices]
+    time.sleep(1.0)  # a second sample: counters advance, rates can be read
+    samples = [backend.sample(device) for device in devices]
+    snapshot = NodeSnapshot(cycle=1, taken_at=time.time(), interval_s=1.0, node_labels={},
+                            backends=(), devices=tuple(samples))
+    raw = {}
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        raw[str(index)] = raw_calls(handle)
+    document = {
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "facts": dict(backend.facts()),
+        "topology": render(devices, legend=False),
+        "snapshot": snapshot_document(snapshot),
+        "raw": raw,
+    }
+    backend.close()
+    return document
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    parser.add_argument("--simulate", metavar="SCENARIO",
+                        help="record simulated hardware instead, for comparison")
+    args = parser.parse_args(argv)
+    if args.simulate:
+        from ray_accel.exporter.simulate import SimulatedHardware
+
+        SimulatedHardware.start(args.simulate).activate()
+    args.out.write_text(json.dumps(record(), indent=1, sort_keys=True))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
