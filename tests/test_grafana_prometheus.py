@@ -91,6 +91,7 @@ EMPTY_PANELS: dict[tuple[str, str, str], str] = {
     ("ray-accel-workload", "Transfers in flight by job", "B"): _TRANSFERS,
     ("ray-accel-workload", "Oldest transfer age", "A"): _TRANSFERS,
     ("ray-accel-workload", "Long-running system calls", "A"): _TRANSFERS,
+    ("ray-accel-workload", "Transfers aborted by Ray", "A"): _TRANSFERS,
 }
 
 
