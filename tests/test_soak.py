@@ -50,6 +50,7 @@ def _rss_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 
+@pytest.mark.timeout(3600)
 def test_ten_thousand_short_gpu_tasks_keep_series_and_memory_bounded(tmp_path):
     hardware = SimulatedHardware.start(for_real_processes("hgx-h200"), state_dir=tmp_path / "hw")
     cluster = LocalRayCluster(prefix="sk-")
@@ -60,6 +61,8 @@ def test_ten_thousand_short_gpu_tasks_keep_series_and_memory_bounded(tmp_path):
                 "--attribution-interval", str(INTERVAL_S), "--task-id-cap", "200")
         try:
             with AgentProcess(*args, env=hardware.environ(), ray=True) as agent:
+                agent.wait_for(lambda d: len(d["devices"]) == 8 and any(
+                    dev.get("holders") for dev in d["devices"]), timeout=60)
                 baseline = _series_count(agent)
                 rss_before = _rss_kib(agent.proc.pid)
                 peak = baseline
