@@ -71,29 +71,6 @@ def scenario(devices: int = 3, freeze_at_s: float | None = 10.0, **top) -> dict:
     return doc
 
 
-@pytest.fixture
-def open_backend(tmp_path):
-    """Start simulated hardware in this process and open the backend on it."""
-    opened: list[NvidiaBackend] = []
-    previous = os.environ.get(STATE_ENV)
-
-    def start(source) -> tuple[NvidiaBackend, list, SimulatedHardware]:
-        hardware = SimulatedHardware.start(source, state_dir=tmp_path)
-        hardware.activate()
-        backend = NvidiaBackend()
-        devices = backend.open()
-        opened.append(backend)
-        return backend, devices, hardware
-
-    yield start
-    for backend in opened:
-        backend.close()
-    if previous is None:
-        os.environ.pop(STATE_ENV, None)
-    else:
-        os.environ[STATE_ENV] = previous
-
-
 def values(sample: DeviceSample) -> dict[tuple[str, tuple], float]:
     return {(r.metric, r.labels): r.value for r in sample.readings}
 

@@ -10,12 +10,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from ray_accel.exporter import catalog as m
-from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.model import Device
 from ray_accel.exporter.nics import nearest_nics
 from ray_accel.exporter.placement import node_placement
 from ray_accel.exporter.sampler import Sampler
-from ray_accel.exporter.simulate import STATE_ENV, SimulatedHardware, load_scenario
+from ray_accel.exporter.simulate import load_scenario
 from ray_accel.exporter.sinks.json import snapshot_document
 from ray_accel.exporter.sinks.prometheus import PrometheusRenderer
 from ray_accel.exporter.store import SnapshotStore
@@ -40,31 +39,10 @@ L4_PCIE = [
 ]
 
 
-@pytest.fixture
-def simulated(tmp_path):
-    opened: list[NvidiaBackend] = []
-    previous = os.environ.get(STATE_ENV)
-
-    def start(source):
-        hardware = SimulatedHardware.start(source, state_dir=tmp_path / f"hw{len(opened)}")
-        hardware.activate()
-        backend = NvidiaBackend()
-        devices = backend.open()
-        opened.append(backend)
-        return backend, devices, hardware
-
-    yield start
-    for backend in opened:
-        backend.close()
-    os.environ.pop(STATE_ENV, None)
-    if previous is not None:
-        os.environ[STATE_ENV] = previous
-
-
 @pytest.mark.parametrize(("scenario", "expected"), [("hgx-h200", HGX_H200),
                                                    ("l4-pcie", L4_PCIE)])
-def test_matrix_is_what_nvidia_smi_topo_prints(simulated, scenario, expected):
-    _, devices, _ = simulated(scenario)
+def test_matrix_is_what_nvidia_smi_topo_prints(open_backend, scenario, expected):
+    _, devices, _ = open_backend(scenario)
     rows = matrix(devices)
     assert rows[0][:len(expected) + 1] == ["", *(f"GPU{i}" for i in range(len(expected)))]
     assert [row[:-1] for row in rows[1:]] == expected
@@ -73,8 +51,8 @@ def test_matrix_is_what_nvidia_smi_topo_prints(simulated, scenario, expected):
     assert "NV#  = Connection traversing a bonded set of # NVLinks" in text
 
 
-def test_peers_say_nvlink_domain_and_p2p(simulated):
-    _, devices, _ = simulated("hgx-h200")
+def test_peers_say_nvlink_domain_and_p2p(open_backend):
+    _, devices, _ = open_backend("hgx-h200")
     first = devices[0]
     assert first.facts["nvlink_domain"] == "29db9a08-13d3-5c97-a4fe-ddd7908adcd0/1"
     assert {p.p2p for p in first.peers} == {"OK"}
@@ -110,13 +88,13 @@ def _by_key(doc: dict, index: str) -> dict:
     return {(link["link_type"], link["index"]): link for link in device["links"]}
 
 
-def test_direct_nvlinks_name_their_peer_and_count(simulated):
-    _, devices, _ = simulated(_traffic_scenario())
+def test_direct_nvlinks_name_their_peer_and_count(open_backend):
+    _, devices, _ = open_backend(_traffic_scenario())
     assert [p.connection for p in devices[0].peers] == ["NV4"]
 
 
-def test_link_counters_advance_and_snapshot_rates_match_the_scenario(simulated):
-    backend, _, _ = simulated(_traffic_scenario())
+def test_link_counters_advance_and_snapshot_rates_match_the_scenario(open_backend):
+    backend, _, _ = open_backend(_traffic_scenario())
     sampler = Sampler([backend], SnapshotStore(), interval_s=0.5)
     sampler.run_cycle()  # opens the backend
     first = sampler.run_cycle()
@@ -140,9 +118,9 @@ def _series(renderer: PrometheusRenderer, snapshot) -> list:
     return [s for f in parse_text(body.decode()) for s in f.samples]
 
 
-def test_link_down_and_downtrained_pcie_are_visible(simulated):
+def test_link_down_and_downtrained_pcie_are_visible(open_backend):
     doc = _traffic_scenario()
-    backend, _, hardware = simulated(doc)
+    backend, _, hardware = open_backend(doc)
     sampler = Sampler([backend], SnapshotStore(), interval_s=0.2)
     sampler.run_cycle()
     renderer = PrometheusRenderer(include_process_metrics=False)

@@ -33,7 +33,8 @@ def _device_targets(scenario: Mapping[str, Any], entries: list[str]) -> list[dic
     return targets
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while a process with this pid exists (also one we may not signal)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -62,8 +63,8 @@ def open_context(memory_bytes: int = 0, sm_percent: int = 0, memory_percent: int
         targets = _device_targets(scenario, entries)
         for target in targets:
             # keep other live processes; forget ended ones and this pid's old entry
-            kept = [p for p in target.get("processes") or []
-                    if p["pid"] != entry["pid"] and (not p.get("while_alive") or _alive(p["pid"]))]
+            kept = [p for p in target.get("processes") or [] if p["pid"] != entry["pid"]
+                    and (not p.get("while_alive") or pid_alive(p["pid"]))]
             target["processes"] = [*kept, dict(entry)]
         placed.extend(targets)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_accel.exporter.simulate.amd_scenario import AMD, AMD_WILDCARD, AMDSMI_STATUS, vendor_of
+from ray_accel.exporter.simulate.contexts import pid_alive
 
 from .amdsmi_exception import (
     AmdSmiLibraryException,
@@ -71,16 +72,6 @@ def library_error(code: int) -> AmdSmiLibraryException:
     if code == AMDSMI_STATUS["TIMEOUT"]:
         return AmdSmiTimeoutException()
     return AmdSmiLibraryException(code)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Simulation:
@@ -234,7 +225,7 @@ class Simulation:
 
     def live_processes(self, processes: Any) -> list[Mapping[str, Any]]:
         """A process list without `while_alive` processes whose pid has ended."""
-        return [p for p in processes or () if not p.get("while_alive") or _pid_alive(p["pid"])]
+        return [p for p in processes or () if not p.get("while_alive") or pid_alive(p["pid"])]
 
 
 SIMULATION = Simulation()
