@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .attribution.refresher import PAIRING_MODES
 from .attribution.transfers import (
     DEFAULT_PAIR_WINDOW_S,
     DEFAULT_REPORT_AFTER_S,
     DEFAULT_STALL_AFTER_S,
+    PAIRING_MODES,
     Transfer,
     pair_transfers,
 )

@@ -43,8 +43,6 @@ log = logging.getLogger(__name__)
 Discover = Callable[[], RaySources]
 RAYLET_FAILURES_BEFORE_REDISCOVERY = 3
 ACCELERATOR_RESOURCES = frozenset(resource for resource, _ in VENDOR_RESOURCES.values())
-# Who pairs RDT transfers cluster-wide: the head node's agent ("auto"), every agent, none.
-PAIRING_MODES = ("auto", "always", "never")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+# Who pairs RDT transfers cluster-wide: the head node's agent ("auto"), every agent, none.
+PAIRING_MODES = ("auto", "always", "never")
+
 RAY_CALL_SUFFIX = ".__ray_call__"
 RUNNING = "RUNNING"
 DEFAULT_STALL_AFTER_S = 10.0
