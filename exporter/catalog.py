@@ -191,6 +191,9 @@ TRANSFERS_STALLED = "ray.accelerator.transfer.stalled"
 TRANSFER_OLDEST_AGE = "ray.accelerator.transfer.oldest.age"
 TRANSFER_ABORTS = "ray.accelerator.transfer.aborts"
 COLLECTIVE_SUSPECTED_STALL = "ray.accelerator.collective.suspected_stall"
+# TPU-only metric names (exporter/backends/tpu)
+# Neuron-only metric names (exporter/backends/neuron)
+# Gaudi-only metric names (exporter/backends/gaudi)
 
 # The two ends of a transfer (Ray Direct Transport): actor, class, node and devices
 # (comma-separated device UUIDs, empty where no agent of the pairing node knows them).
@@ -333,6 +336,9 @@ CATALOG: tuple[MetricSpec, ...] = (
            "detection window: the signature of a hung collective spinning on its peers; "
            "else 0. One series per Ray worker holding the device (empty Ray labels when "
            "none).", scope=Scope.PROCESS),
+    # TPU-only metrics
+    # Neuron-only metrics
+    # Gaudi-only metrics
 )
 
 _BY_NAME = {spec.name: spec for spec in CATALOG}

@@ -32,15 +32,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from .build import BuildError, build_library
 from .scenario import ScenarioError, available_scenarios, load_scenario, render_state
 
 __all__ = [
     "FAKE_AMDSMI_DIR",
+    "FAMILY_FAKES",
     "STATE_ENV",
     "BuildError",
+    "FamilyFake",
     "ScenarioError",
     "SimulatedHardware",
     "available_scenarios",
@@ -55,6 +57,31 @@ SCENARIO_FILE_NAME = "scenario.json"
 LOCK_FILE_NAME = ".lock"
 # Holds the simulated `amdsmi` package: first on sys.path / PYTHONPATH when simulating.
 FAKE_AMDSMI_DIR = pathlib.Path(__file__).resolve().parent / "fake_amdsmi"
+# Fakes of other accelerator families, started for a scenario with their section
+# (FAMILY_SECTIONS in scenario.py): section -> module of this package defining
+# `start(hardware) -> FamilyFake`.
+FAMILY_FAKES = {
+    "tpu": "tpu_fake",
+    "neuron": "neuron_fake",
+    "gaudi": "gaudi_fake",
+}
+
+
+class FamilyFake(Protocol):
+    """The running fake of one accelerator family, serving a `SimulatedHardware`.
+
+    It reads the family's section of the saved scenario (`scenario_path`) on each
+    request, so `update` and `modify` reach it like they reach the fake NVML.
+    """
+
+    def environ(self) -> dict[str, str]:
+        """Variables that make a child process find this fake."""
+
+    def activate(self) -> None:
+        """Makes this process find this fake."""
+
+    def close(self) -> None:
+        """Stops whatever the fake runs (servers, files)."""
 
 
 class SimulatedHardware:
@@ -85,6 +112,7 @@ class SimulatedHardware:
         self._owns_state_dir = owns_state_dir
         self._lock = threading.Lock()
         self._last_mtime_ns = 0
+        self._family_fakes: list[FamilyFake] = []
 
     @classmethod
     def start(
@@ -110,7 +138,20 @@ class SimulatedHardware:
         folder.mkdir(parents=True, exist_ok=True)
         hw = cls(expanded, library, folder / STATE_FILE_NAME, time.time(), owns)
         hw._write(expanded)
+        try:
+            for section, module in FAMILY_FAKES.items():
+                if section in expanded:
+                    fake = importlib.import_module(f".{module}", __package__)
+                    hw._family_fakes.append(fake.start(hw))
+        except BaseException:
+            hw.close()
+            raise
         return hw
+
+    @property
+    def scenario_path(self) -> pathlib.Path:
+        """The saved expanded scenario (JSON: epoch and scenario), rewritten on each change."""
+        return self.state_path.parent / SCENARIO_FILE_NAME
 
     @classmethod
     def attach(cls, state_path: os.PathLike[str] | str | None = None) -> SimulatedHardware:
@@ -145,12 +186,15 @@ class SimulatedHardware:
         library_dir = str(self.library_path.parent)
         current = os.environ.get("LD_LIBRARY_PATH", "")
         python_path = os.environ.get("PYTHONPATH", "")
-        return {
+        variables = {
             "LD_LIBRARY_PATH": f"{library_dir}:{current}" if current else library_dir,
             "PYTHONPATH": (f"{FAKE_AMDSMI_DIR}{os.pathsep}{python_path}" if python_path
                            else str(FAKE_AMDSMI_DIR)),
             STATE_ENV: str(self.state_path),
         }
+        for fake in self._family_fakes:
+            variables.update(fake.environ())
+        return variables
 
     def activate(self) -> None:
         """Makes this process use the hardware: a later ``nvmlInit`` binds to it.
@@ -163,6 +207,8 @@ class SimulatedHardware:
         os.environ[STATE_ENV] = str(self.state_path)
         ctypes.CDLL(str(self.library_path), mode=ctypes.RTLD_GLOBAL)
         activate_fake_amdsmi()
+        for fake in self._family_fakes:
+            fake.activate()
 
     def update(self, scenario: Mapping[str, Any]) -> None:
         """Replaces the scenario, keeping the epoch (t continues from where it is).
@@ -224,7 +270,13 @@ class SimulatedHardware:
         return time.time() - self._epoch
 
     def close(self) -> None:
-        """Removes the state folder if `start` created it; the library then reports no driver."""
+        """Stops the family fakes; removes the state folder if `start` created it.
+
+        The fake NVML library then reports no driver.
+        """
+        for fake in self._family_fakes:
+            fake.close()
+        self._family_fakes = []
         if self._owns_state_dir:
             shutil.rmtree(self.state_path.parent, ignore_errors=True)
 

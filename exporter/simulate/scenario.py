@@ -10,6 +10,7 @@ library reads (its format is documented at the top of fakenvml/fakenvml.c).
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import math
 import os
@@ -862,7 +863,20 @@ _TOP_LEVEL_KEYS = (
     "amd_device_defaults",
     "amdsmi_version",
     "amdsmi_import_error",
+    # Other accelerator families: one section each (FAMILY_SECTIONS)
+    "tpu",
+    "neuron",
+    "gaudi",
 )
+
+# Scenario sections of other accelerator families -> the module of this package
+# that checks and expands one: it defines `normalize_section(value, path) -> dict`
+# raising ScenarioError. Its fake (see FAMILY_FAKES in __init__.py) serves it.
+FAMILY_SECTIONS = {
+    "tpu": "tpu_scenario",
+    "neuron": "neuron_scenario",
+    "gaudi": "gaudi_scenario",
+}
 
 
 def available_scenarios() -> list[str]:
@@ -977,6 +991,10 @@ def load_scenario(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
     out["devices"] = devices
     out["errors"] = _normalize_errors(top.get("errors") or [], "errors", vendors)
     out["delays"] = _normalize_delays(top.get("delays") or [], "delays", vendors)
+    for section, module in FAMILY_SECTIONS.items():
+        if top.get(section) is not None:
+            checker = importlib.import_module(f".{module}", __package__)
+            out[section] = checker.normalize_section(top[section], section)
     return out
 
 

@@ -1,0 +1,5 @@
+"""The Gaudi backend."""
+
+from .backend import GaudiBackend
+
+__all__ = ["GaudiBackend"]

@@ -1,0 +1,5 @@
+"""The Neuron backend."""
+
+from .backend import NeuronBackend
+
+__all__ = ["NeuronBackend"]

@@ -1,0 +1,5 @@
+"""The Tpu backend."""
+
+from .backend import TpuBackend
+
+__all__ = ["TpuBackend"]
