@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from .sinks.otlp_settings import otlp_settings
+
 if TYPE_CHECKING:
     from .agent import AgentConfig, AgentExtension
 
@@ -22,10 +24,10 @@ def configured_extensions(
         from .cluster.registry import Registration
 
         extensions.append(Registration(config))
-    from .sinks.otlp import OtlpSink, otlp_settings
-
     settings = otlp_settings(config.otlp_endpoint, config.otlp_protocol, config.otlp_interval_s,
                              os.environ if environ is None else environ)
     if settings is not None:
+        from .sinks.otlp import OtlpSink
+
         extensions.append(OtlpSink(settings))
     return extensions

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cli import RESERVED_LABELS, _bounded_number, _label
-from ..sinks.otlp import PROTOCOLS, otlp_settings
+from ..sinks.otlp_settings import PROTOCOLS, otlp_settings
 
 DEFAULT_REGISTER_INTERVAL_S = 10.0
 DEFAULT_WAIT_S = 120.0
