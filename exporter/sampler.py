@@ -44,13 +44,14 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._future: futures.Future | None = None
 
-    @property
-    def busy(self) -> bool:
-        return self._future is not None and not self._future.done()
-
     def submit(self, fn: Callable[..., Any], *args: Any) -> futures.Future | None:
-        """Start `fn(*args)` unless a previous call is still running (then None)."""
-        if self.busy:
+        """Start `fn(*args)` unless a previous call's result is still to be taken (then None).
+
+        A call that finished after its cycle stopped waiting is taken by the next
+        `take_result`, not lost to a new call: an opened backend must not be
+        opened again.
+        """
+        if self._future is not None:
             return None
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -158,10 +159,13 @@ class BackendRunner:
             self.up, self.message = True, ""
             log.info("backend %s up with %d device(s)", self.backend.name, len(self.devices))
             return
-        self.message = str(error) if isinstance(error, BackendUnavailable) else repr(error)
+        message = str(error) if isinstance(error, BackendUnavailable) else repr(error)
+        # Said once per reason: a host without a vendor's devices retries for ever.
+        level = logging.DEBUG if message == self.message else logging.WARNING
+        self.message = message
         self.next_open_at = now + self.retry_s
-        log.warning("backend %s down: %s (retrying in %.0f s)",
-                    self.backend.name, self.message, self.retry_s)
+        log.log(level, "backend %s down: %s (retrying every %.0f s)",
+                self.backend.name, message, self.retry_s)
 
     def _sample_result(self, device: Device, future: futures.Future,
                        tally: ErrorTally) -> DeviceSample:

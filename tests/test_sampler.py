@@ -65,6 +65,26 @@ def test_first_cycle_opens_and_second_samples_every_device():
     assert sampler.store.latest is second
 
 
+def test_an_open_slower_than_the_interval_is_taken_once_it_finishes():
+    backend = ScriptedBackend()
+    opened = threading.Event()
+    opens = []
+
+    def slow_open():
+        opens.append(time.monotonic())
+        opened.wait(5)
+        return backend.devices
+
+    backend.open = slow_open
+    sampler = Sampler([backend], SnapshotStore(), interval_s=0.05)
+    assert not sampler.run_cycle().backends[0].up  # still opening
+    opened.set()
+    time.sleep(0.1)  # the open finishes between two cycles
+    snapshot = _run(sampler, 3)
+    assert snapshot.backends[0].up and len(snapshot.devices) == 3
+    assert len(opens) == 1
+
+
 def test_hung_device_is_stale_while_others_keep_reporting():
     backend = ScriptedBackend()
     release = threading.Event()
