@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,8 +54,10 @@ class NvidiaBackend(Backend):
     name = BACKEND_NAME
     vendor = "nvidia"
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """`clock` times the reuse of slow calls' answers (see calls.py)."""
         super().__init__()
+        self._clock = clock
         self._tracked: dict[str, _Tracked] = {}
         self._facts: dict[str, str] = {}
         self._xid: XidWatcher | None = None
@@ -174,7 +176,7 @@ class NvidiaBackend(Backend):
                 tracked.device = replace(tracked.device, facts={**tracked.device.facts, **extra})
 
     def _discover(self, index: int) -> None:
-        calls = DeviceCalls(self.errors)
+        calls = DeviceCalls(self.errors, clock=self._clock)
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             device = self._identify(calls, handle, str(index))
@@ -189,7 +191,7 @@ class NvidiaBackend(Backend):
             return
         self._tracked[device.uuid] = _Tracked(device, handle, calls)
         for mig_handle in mig_handles:
-            mig_calls = DeviceCalls(self.errors)
+            mig_calls = DeviceCalls(self.errors, clock=self._clock)
             try:
                 mig = self._identify(mig_calls, mig_handle, str(index), parent=device)
             except DeviceDown:

@@ -9,6 +9,7 @@ PCIe link generation and width.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,6 +122,17 @@ def pcie_max_readings(handle: Any) -> tuple[Reading, ...]:
     return tuple(found)
 
 
+class _PlainFieldValue(ctypes.Structure):
+    """nvmlFieldValue_t without the binding's per-attribute hooks, for reading answers fast."""
+
+    _fields_ = pynvml.c_nvmlFieldValue_t._fields_
+
+
+def _plain(values: Any) -> Any:
+    """The binding's answer array, viewed (not copied) as plain structures."""
+    return (_PlainFieldValue * len(values)).from_buffer(values)
+
+
 def _field_value(value: Any) -> float:
     return float(getattr(value.value, _VALUE_MEMBERS.get(value.valueType, "ullVal")))
 
@@ -128,9 +140,10 @@ def _field_value(value: Any) -> float:
 def _counters(calls: DeviceCalls, handle: Any,
               layout: LinkLayout) -> dict[tuple[str, int], list[Reading]]:
     by_link: dict[tuple[str, int], list[Reading]] = {}
-    values = calls.call(pynvml.nvmlDeviceGetFieldValues, handle, layout.requests)
+    values = calls.call(pynvml.nvmlDeviceGetFieldValues, handle, layout.requests,
+                        every_cycle=True)
     for value, (link_type, index, metric, labels, scale) in zip(
-        values or (), layout.meanings, strict=False
+        _plain(values) if values else (), layout.meanings, strict=False
     ):
         if value.nvmlReturn == pynvml.NVML_SUCCESS:
             by_link.setdefault((link_type, index), []).append(

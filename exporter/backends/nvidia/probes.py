@@ -14,7 +14,7 @@ from typing import Any
 import pynvml
 
 from ... import catalog as m
-from ...model import ProcessSample, Reading, labels_of
+from ...model import ProcessSample, Reading
 from .calls import DeviceCalls
 
 MHZ = 1_000_000
@@ -36,8 +36,8 @@ _NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND})
 
 
 def reading(metric: str, value: float, **labels: str) -> Reading:
-    """A reading of a catalog metric."""
-    return Reading(metric, float(value), labels_of(labels))
+    """A reading of a catalog metric (labels as given, in order: they are already strings)."""
+    return Reading(metric, float(value), tuple(labels.items()))
 
 
 @dataclass
