@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from dataclasses import replace
 
+import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -156,3 +157,21 @@ def test_fast_text_writer_matches_prometheus_client_byte_for_byte():
             return families
 
     assert text_exposition(families) == exposition.generate_latest(Families())
+
+
+@pytest.mark.parametrize("node_labels", [{}, {"ray_node_id": 'n"1', "zone": "z\\1"}])
+def test_text_from_rows_matches_prometheus_client_byte_for_byte(node_labels):
+    from prometheus_client import exposition
+
+    from ray_accel.exporter.sinks.prometheus import snapshot_text
+
+    tricky = replace(_snapshot(), agent_facts={"version": 'a"b\\c\nd', "interval_seconds": "1",
+                                               "scenario": "ünïcode"},
+                     node_labels=node_labels)
+    families = snapshot_families(tricky)
+
+    class Families:
+        def collect(self):
+            return families
+
+    assert snapshot_text(tricky) == exposition.generate_latest(Families())

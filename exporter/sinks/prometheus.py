@@ -6,6 +6,7 @@ snapshot and format, so any number of scrapes within one cycle cost one render.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -37,40 +38,108 @@ _FAMILY_TYPES = {
 
 
 class _Families:
-    """One metric family per catalog entry, created on first use, in catalog order."""
+    """The series of one snapshot, grouped by catalog entry, as plain rows.
+
+    Rows are (label values, value) tuples: Prometheus text is written straight
+    from them (`text`), and prometheus_client families are built from them only
+    where a library writes the output (`in_catalog_order`: OpenMetrics, OTLP).
+    """
 
     def __init__(self, node_labels: Mapping[str, str]) -> None:
         self._node_names = tuple(node_labels)
         self._node_values = tuple(node_labels.values())
-        self._families: dict[str, Metric] = {}
+        self._rows: dict[str, list[tuple[tuple[str, ...], Any]]] = {}
 
     def add(self, spec: MetricSpec, scope_values: Iterable[str], value: float | Mapping[str, str],
             own_labels: Mapping[str, str] | None = None) -> None:
-        family = self._families.get(spec.name)
-        if family is None:
-            family = self._create(spec)
+        rows = self._rows.get(spec.name)
+        if rows is None:
+            rows = self._rows[spec.name] = []
+        if spec.kind is Kind.INFO:  # the value holds the facts, as labels
+            if tuple(value) == spec.labels:
+                rows.append(((*self._node_values, *scope_values, *(value[n] for n in spec.labels)),
+                             1.0))
+            else:
+                rows.append(((*self._node_values, *scope_values), value))
+            return
         own = own_labels or {}
-        label_values = [*self._node_values, *scope_values, *(own.get(n, "") for n in spec.labels)]
-        family.add_metric(label_values, value)
+        rows.append(((*self._node_values, *scope_values, *(own.get(n, "") for n in spec.labels)),
+                     value))
 
-    def _create(self, spec: MetricSpec) -> Metric:
-        names = [*self._node_names, *spec.all_labels]
+    def _label_names(self, spec: MetricSpec) -> list[str]:
         if spec.kind is Kind.INFO:
             # Info series carry their facts as labels; the metric's own labels are those facts.
-            names = [*self._node_names, *m.SCOPE_LABELS[spec.scope]]
+            return [*self._node_names, *m.SCOPE_LABELS[spec.scope]]
+        return [*self._node_names, *spec.all_labels]
+
+    def _family(self, spec: MetricSpec, rows: list[tuple[tuple[str, ...], Any]] = ()) -> Metric:
+        """A prometheus_client family of `spec`, holding `rows`."""
+        names = self._label_names(spec)
+        if spec.kind is Kind.INFO:
             family = InfoMetricFamily(spec.prometheus_family, spec.description, labels=names)
         else:
             family = _FAMILY_TYPES[spec.kind](
                 spec.prometheus_family, spec.description, labels=names, unit=spec.prometheus_unit
             )
-        self._families[spec.name] = family
+        base = len(names)
+        for label_values, value in rows:
+            if spec.kind is Kind.INFO and not isinstance(value, Mapping):
+                value = dict(zip(spec.labels, label_values[base:], strict=True))
+            family.add_metric(label_values[:base], value)
         return family
 
     def in_catalog_order(self) -> Iterator[Metric]:
         for spec in CATALOG:
-            family = self._families.get(spec.name)
-            if family is not None:
-                yield family
+            rows = self._rows.get(spec.name)
+            if rows is not None:
+                yield self._family(spec, rows)
+
+    def text(self) -> bytes:
+        """The Prometheus text format (0.0.4), equal to `text_exposition` of the families."""
+        out: list[str] = []
+        for spec in CATALOG:
+            rows = self._rows.get(spec.name)
+            if rows is None:
+                continue
+            names = self._label_names(spec)
+            if spec.kind is Kind.INFO:
+                names = [*names, *spec.labels]
+                # Facts other than the spec's, or a fact named like a node label (the fact
+                # wins): prometheus_client's merge of the labels decides.
+                if len(set(names)) < len(names) or any(isinstance(v, Mapping) for _, v in rows):
+                    family = self._family(spec, rows)
+                    out.append(_family_header(family) + text_exposition_samples(family))
+                    continue
+            family = self._family(spec)
+            out.append(_family_header(family))
+            _rows_text(out, family.name + _SUFFIXES.get(family.type, ""), names, rows)
+        return "".join(out).encode()
+
+
+def _go_float(value: float) -> str:
+    """`floatToGoString(value)`, without its call for the common case."""
+    text = repr(float(value))
+    if text.find(".") > 6 or text[-1] in "nf":  # large (Go writes an exponent), inf, nan
+        return floatToGoString(value)
+    return text
+
+
+def _rows_text(out: list[str], sample_name: str, names: list[str],
+               rows: list[tuple[tuple[str, ...], Any]]) -> None:
+    """Appends one line per row; labels sorted by name, as prometheus_client writes them."""
+    if not names:
+        out.extend(f"{sample_name} {_go_float(value)}\n" for _, value in rows)
+        return
+    order = sorted(range(len(names)), key=names.__getitem__)
+    pick = operator.itemgetter(*order) if len(order) > 1 else (lambda v: (v[order[0]],))
+    template = (sample_name + "{" + ",".join(f'{names[i]}="%s"' for i in order)
+                + "} %s\n")
+    for label_values, value in rows:
+        picked = pick(label_values)
+        joined = "".join(picked)
+        if '"' in joined or "\\" in joined or "\n" in joined:
+            picked = tuple(_escape_label(v) for v in picked)
+        out.append(template % (*picked, _go_float(value)))
 
 
 def _add_readings(families: _Families, readings: Iterable[Reading],
@@ -176,13 +245,22 @@ def _add_transfers(families: _Families, snapshot: NodeSnapshot) -> None:
             families.add(m.spec(m.TRANSFER_ABORTS), (), count, {"ray_job_id": job_id})
 
 
-def snapshot_families(snapshot: NodeSnapshot) -> list[Metric]:
-    """Every metric family of one snapshot, in catalog order."""
+def _snapshot_rows(snapshot: NodeSnapshot) -> _Families:
     families = _Families(snapshot.node_labels)
     for sample in snapshot.devices:
         _add_device(families, sample, snapshot)
     _add_agent(families, snapshot)
-    return list(families.in_catalog_order())
+    return families
+
+
+def snapshot_families(snapshot: NodeSnapshot) -> list[Metric]:
+    """Every metric family of one snapshot, in catalog order."""
+    return list(_snapshot_rows(snapshot).in_catalog_order())
+
+
+def snapshot_text(snapshot: NodeSnapshot) -> bytes:
+    """The Prometheus text of one snapshot: `text_exposition(snapshot_families(snapshot))`."""
+    return _snapshot_rows(snapshot).text()
 
 
 _PROMETHEUS_TYPES = {"counter": "counter", "gauge": "gauge", "info": "gauge"}
@@ -195,28 +273,35 @@ def _escape_label(value: str) -> str:
     return value
 
 
+def _family_header(family: Metric) -> str:
+    name = family.name + _SUFFIXES.get(family.type, "")
+    documentation = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+    return (f"# HELP {name} {documentation}\n# TYPE {name} "
+            f"{_PROMETHEUS_TYPES.get(family.type, 'untyped')}\n")
+
+
+def text_exposition_samples(family: Metric) -> str:
+    """The sample lines of one family, labels sorted by name."""
+    out = []
+    for sample in family.samples:
+        labels = sample.labels
+        if labels:
+            pairs = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(labels.items()))
+            out.append(f"{sample.name}{{{pairs}}} {floatToGoString(sample.value)}\n")
+        else:
+            out.append(f"{sample.name} {floatToGoString(sample.value)}\n")
+    return "".join(out)
+
+
 def text_exposition(families: Iterable[Metric]) -> bytes:
     """The Prometheus text format (0.0.4) of our families.
 
     Equivalent to prometheus_client's `generate_latest` for the families this
-    sink builds (gauges, counters and infos, no timestamps), and several times
-    faster: label names are known to be valid, so only values need escaping,
-    and the label names of a family are formatted once.
+    sink builds (gauges, counters and infos, no timestamps), and faster: label
+    names are known to be valid, so only values need escaping.
     """
-    out: list[str] = []
-    for family in families:
-        name = family.name + _SUFFIXES.get(family.type, "")
-        documentation = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        out.append(f"# HELP {name} {documentation}\n# TYPE {name} "
-                   f"{_PROMETHEUS_TYPES.get(family.type, 'untyped')}\n")
-        for sample in family.samples:
-            labels = sample.labels
-            if labels:
-                pairs = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(labels.items()))
-                out.append(f"{sample.name}{{{pairs}}} {floatToGoString(sample.value)}\n")
-            else:
-                out.append(f"{sample.name} {floatToGoString(sample.value)}\n")
-    return "".join(out).encode()
+    return "".join(_family_header(family) + text_exposition_samples(family)
+                   for family in families).encode()
 
 
 class _FixedCollector:
@@ -266,17 +351,19 @@ class PrometheusRenderer:
                 cached = self._cache.get(openmetrics_format)
                 if cached is not None and cached[:2] == key:
                     return cached[2], content_type
-        families = snapshot_families(snapshot)
-        extra = self._process
-        if names:
-            families = [f for f in families
-                        if f.name in names or any(s.name in names for s in f.samples)]
-            extra = []
-        collector = _FixedCollector(families, extra)
-        if openmetrics_format:
-            body = openmetrics.generate_latest(collector)
+        if openmetrics_format or names:
+            families = snapshot_families(snapshot)
+            extra = self._process
+            if names:
+                families = [f for f in families
+                            if f.name in names or any(s.name in names for s in f.samples)]
+                extra = []
+            collector = _FixedCollector(families, extra)
+            body = (openmetrics.generate_latest(collector) if openmetrics_format
+                    else text_exposition(collector.collect()))
         else:
-            body = text_exposition(collector.collect())
+            body = snapshot_text(snapshot) + text_exposition(
+                _FixedCollector([], self._process).collect())
         if not names:
             with self._lock:
                 self._cache[openmetrics_format] = (*key, body)
