@@ -22,7 +22,8 @@
  *   errors <n>                 followed by n lines:
  *   error <function> <device|-1> <nvml code> <from_s> <until_s|inf>
  *   delays <n>                 followed by n lines:
- *   delay <function> <device|-1> <seconds> <from_s> <until_s|inf>
+ *   delay <function> <device|-1> <seconds> <from_s> <until_s|inf> [busy]
+ *                              ("busy": the call spins on the CPU instead of sleeping)
  *   device <i>                 starts device i; devices come in order 0, 1, ...
  *   mig_devices <n>            the current device has n MIG devices, then:
  *   mig <j>                    starts MIG device j (0 .. n-1) of the current device
@@ -284,6 +285,7 @@ typedef struct {
     double seconds;
     double from_s;
     double until_s;
+    int busy; /* delays: spend the time on the CPU, as some real driver calls do */
 } rule_t;
 
 typedef struct {
@@ -457,6 +459,29 @@ static void sleep_seconds(double s)
         req.tv_nsec = 0;
     while (nanosleep(&req, &req) != 0 && errno == EINTR) {
     }
+}
+
+/* Spends s seconds of this thread's CPU time. */
+static void spin_seconds(double s)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    double end = (double)now.tv_sec + (double)now.tv_nsec / 1e9 + s;
+    volatile unsigned long spins = 0;
+    do {
+        for (int i = 0; i < 1000; i++)
+            spins++;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    } while ((double)now.tv_sec + (double)now.tv_nsec / 1e9 < end);
+}
+
+/* Waits out a delay rule (a copy: the state may be reloaded meanwhile). */
+static void pass_delay(const rule_t *r)
+{
+    if (r->busy)
+        spin_seconds(r->seconds);
+    else
+        sleep_seconds(r->seconds);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -905,6 +930,12 @@ static int parse_rule(parser_t *p, char **cur, list_t *rules, int is_delay)
     }
     if (tok_num(cur, &r->from_s) != 0 || tok_number(cur, 1, &r->until_s) != 0)
         return p->why = "rule: bad time window", -1;
+    if (is_delay) {
+        char *flag = next_tok(cur);
+        if (flag && strcmp(flag, "busy") != 0)
+            return p->why = "rule: unknown delay flag", -1;
+        r->busy = flag != NULL;
+    }
     return 0;
 }
 
@@ -1261,9 +1292,9 @@ static nvmlReturn_t apply_delay(const char *fn, int device)
     const rule_t *r = find_rule(&g_state->delays, fn, device, state_time(g_state));
     if (!r || r->seconds <= 0)
         return NVML_SUCCESS;
-    double seconds = r->seconds;
+    rule_t rule = *r;
     pthread_mutex_unlock(&g_lock);
-    sleep_seconds(seconds);
+    pass_delay(&rule);
     return lock_initialized();
 }
 
@@ -1428,9 +1459,9 @@ static nvmlReturn_t init_common(const char *fn)
         return leave(NVML_ERROR_DRIVER_NOT_LOADED);
     const rule_t *delay = find_rule(&g_state->delays, fn, -1, state_time(g_state));
     if (delay && delay->seconds > 0) {
-        double seconds = delay->seconds;
+        rule_t rule = *delay;
         pthread_mutex_unlock(&g_lock);
-        sleep_seconds(seconds);
+        pass_delay(&rule);
         pthread_mutex_lock(&g_lock);
         if (!g_state)
             return leave(NVML_ERROR_DRIVER_NOT_LOADED);
