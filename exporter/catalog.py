@@ -58,6 +58,7 @@ SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
 _UNIT_SUFFIXES = {
     "s": "seconds",
     "By": "bytes",
+    "By/s": "bytes_per_second",
     "W": "watts",
     "J": "joules",
     "Cel": "celsius",
@@ -192,8 +193,18 @@ TRANSFER_OLDEST_AGE = "ray.accelerator.transfer.oldest.age"
 TRANSFER_ABORTS = "ray.accelerator.transfer.aborts"
 COLLECTIVE_SUSPECTED_STALL = "ray.accelerator.collective.suspected_stall"
 # TPU-only metric names (exporter/backends/tpu)
+TENSORCORE_UTILIZATION = "ray.accelerator.tensorcore.utilization"
+COLLECTIVE_LATENCY = "ray.accelerator.collective.latency"
+TRANSFER_LATENCY = "ray.accelerator.transfer.latency"
 # Neuron-only metric names (exporter/backends/neuron)
+NEURON_CORE_MEMORY_USAGE = "ray.accelerator.neuron.core.memory.usage"
+NEURON_EXECUTIONS = "ray.accelerator.neuron.executions"
+NEURON_EXECUTION_ERRORS = "ray.accelerator.neuron.execution.errors"
+NEURON_EXECUTION_LATENCY = "ray.accelerator.neuron.execution.latency"
+NEURON_RUNTIME_VCPU_UTILIZATION = "ray.accelerator.neuron.runtime.vcpu.utilization"
+NEURON_RUNTIME_HOST_MEMORY = "ray.accelerator.neuron.runtime.host_memory.usage"
 # Gaudi-only metric names (exporter/backends/gaudi)
+GAUDI_PCIE_THROUGHPUT = "ray.accelerator.pcie.throughput"
 
 # The two ends of a transfer (Ray Direct Transport): actor, class, node and devices
 # (comma-separated device UUIDs, empty where no agent of the pairing node knows them).
@@ -337,8 +348,47 @@ CATALOG: tuple[MetricSpec, ...] = (
            "else 0. One series per Ray worker holding the device (empty Ray labels when "
            "none).", scope=Scope.PROCESS),
     # TPU-only metrics
+    _gauge(TENSORCORE_UTILIZATION, "1",
+           "Fraction of the TPU TensorCores' peak compute (matrix units) used over the last "
+           "sample period; busy time alone is hw.gpu.utilization (the duty cycle)."),
+    _gauge(COLLECTIVE_LATENCY, "s",
+           "Given quantile of the end-to-end latency of collectives the device took part in, "
+           "over the observations since the previous sample (TPU: libtpu's megascale "
+           "collectives; the same on every chip its TPU process drives).", "quantile"),
+    _gauge(TRANSFER_LATENCY, "s",
+           "Given quantile of the latency of runtime buffer transfers over the given path "
+           "(dcn_outbound, dcn_inbound, host_to_device, device_to_host), over the "
+           "observations since the previous sample (TPU: libtpu's megascale transfers; the "
+           "same on every chip its TPU process drives). Not Ray Direct Transport's "
+           "transfers.", "path", "quantile"),
     # Neuron-only metrics
+    _gauge(NEURON_CORE_MEMORY_USAGE, "By",
+           "Device memory the Neuron runtimes hold for a NeuronCore, by category (constants, "
+           "model_code, model_shared_scratchpad, runtime_memory, tensors).", "category"),
+    _counter(NEURON_EXECUTIONS, "{execution}",
+             "Model executions the Neuron runtime finished, by outcome (completed, "
+             "completed_with_err, completed_with_num_err, timed_out, incorrect_input, "
+             "failed_to_queue), since the agent started reading them.", "outcome",
+             scope=Scope.PROCESS),
+    _counter(NEURON_EXECUTION_ERRORS, "{error}",
+             "Execution errors of the Neuron runtime, by type (generic, numerical, transient, "
+             "model, runtime, hardware), since the agent started reading them.", "error_type",
+             scope=Scope.PROCESS),
+    _gauge(NEURON_EXECUTION_LATENCY, "s",
+           "Given quantile (0, 0.01, 0.25, 0.5, 0.75, 0.99, 1) of the latency of the Neuron "
+           "runtime's executions in the last period, by stage (total as the runtime measures "
+           "it, device: on the Neuron device alone).", "stage", "quantile", scope=Scope.PROCESS),
+    _gauge(NEURON_RUNTIME_VCPU_UTILIZATION, "1",
+           "vCPU utilization of the Neuron runtime process in the last period, by mode (user, "
+           "system), as neuron-monitor reports it.", "mode", scope=Scope.PROCESS),
+    _gauge(NEURON_RUNTIME_HOST_MEMORY, "By", "Host memory the Neuron runtime process uses.",
+           scope=Scope.PROCESS),
     # Gaudi-only metrics
+    _gauge(GAUDI_PCIE_THROUGHPUT, "By/s",
+           "Bytes per second the device moved over its PCIe host link, by direction (transmit, "
+           "receive), sampled by the driver over a short window (Gaudi: HLML's 10 ms sample); "
+           "where the vendor offers byte counters instead, hw.gpu.io on the pcie link.",
+           "direction"),
 )
 
 _BY_NAME = {spec.name: spec for spec in CATALOG}

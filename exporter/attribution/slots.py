@@ -4,7 +4,10 @@ The raylet hands out slot indices into its own visible-device list: slot 1 of
 "GPU" on a raylet started with CUDA_VISIBLE_DEVICES=3,1 is physical GPU 1, and
 the worker holding it sees CUDA_VISIBLE_DEVICES=1. Entries may be indices or
 (prefixes of) UUIDs, MIG instances included. With the variable unset, slot i is
-physical device i.
+physical device i. Ray's "neuron_cores" slots are NeuronCores: slot i is the i-th
+core of the raylet's NEURON_RT_VISIBLE_CORES (ranges such as "0-3" expanded), or
+core i with it unset. Ray's "HPU" slots are Gaudi module ids (HABANA_VISIBLE_MODULES
+lists module ids, not HLML indices), matched on the device's `module_id` fact.
 """
 
 from __future__ import annotations
@@ -18,10 +21,30 @@ from .model import Grant, Holder
 VENDOR_RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "nvidia": ("GPU", ("CUDA_VISIBLE_DEVICES",)),
     "amd": ("GPU", ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")),
+    "google": ("TPU", ("TPU_VISIBLE_CHIPS",)),
+    "aws": ("neuron_cores", ("NEURON_RT_VISIBLE_CORES",)),
+    "intel": ("HPU", ("HABANA_VISIBLE_MODULES",)),
 }
+# Vendors whose visible lists name devices by the device fact given here, not by index:
+# NeuronCores (sub-devices; lists may hold ranges, "0-3,6"), Gaudi module ids.
+SLOT_FACTS: dict[str, str] = {"aws": "neuroncore", "intel": "module_id"}
 
-def _match(entry: str, devices: Sequence[Device]) -> Device | None:
+
+def _expand_ranges(entries: Sequence[str]) -> tuple[str, ...]:
+    expanded: list[str] = []
+    for entry in entries:
+        first, dash, last = entry.strip().partition("-")
+        if dash and first.isdigit() and last.isdigit():
+            expanded.extend(str(i) for i in range(int(first), int(last) + 1))
+        else:
+            expanded.append(entry.strip())
+    return tuple(expanded)
+
+
+def _match(entry: str, devices: Sequence[Device], fact: str = "") -> Device | None:
     entry = entry.strip()
+    if fact:
+        return next((d for d in devices if d.facts.get(fact) == entry), None)
     if entry.isdigit():
         return next((d for d in devices if not d.parent_uuid and d.index == entry), None)
     matches = [d for d in devices if d.uuid == entry] or [
@@ -47,12 +70,16 @@ def slot_devices(devices: Sequence[Device],
         vendor_devices = [d for d in devices if d.vendor == vendor]
         if not vendor_devices:
             continue
+        fact = SLOT_FACTS.get(vendor, "")
         entries = _visible_list(visible, variables)
         if entries is None:
-            physical = [d for d in vendor_devices if not d.parent_uuid]
-            entries = tuple(str(i) for i in range(len(physical)))
+            slotted = [d for d in vendor_devices
+                       if (fact in d.facts if fact else not d.parent_uuid)]
+            entries = tuple(str(i) for i in range(len(slotted)))
+        elif fact:
+            entries = _expand_ranges(entries)
         for slot, entry in enumerate(entries):
-            device = _match(entry, vendor_devices)
+            device = _match(entry, vendor_devices, fact)
             if device is not None:
                 mapping.setdefault((resource, slot), device.uuid)
     return mapping

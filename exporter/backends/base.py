@@ -15,6 +15,15 @@ class BackendUnavailable(RuntimeError):
     """The vendor library or driver cannot be used; the backend is reported down."""
 
 
+class DeviceDown(Exception):
+    """The device stopped answering: nothing more can be read from it this cycle."""
+
+    def __init__(self, function: str, kind: str) -> None:
+        super().__init__(f"{function}: {kind}")
+        self.function = function
+        self.kind = kind
+
+
 class ErrorTally:
     """Thread-safe counts of failed vendor calls, by error kind and function."""
 

@@ -193,7 +193,10 @@ class SimulatedHardware:
             STATE_ENV: str(self.state_path),
         }
         for fake in self._family_fakes:
-            variables.update(fake.environ())
+            for name, value in fake.environ().items():
+                if name in _SEARCH_PATHS and variables.get(name):
+                    value = _joined_paths(value, variables[name])
+                variables[name] = value
         return variables
 
     def activate(self) -> None:
@@ -301,6 +304,18 @@ class SimulatedHardware:
             self._last_mtime_ns = mtime_ns
             self._scenario = expanded
             self.scenario_name = expanded["name"]
+
+
+_SEARCH_PATHS = ("PATH", "PYTHONPATH")
+
+
+def _joined_paths(first: str, then: str) -> str:
+    """Two search paths as one, `first`'s entries first, each entry once."""
+    entries: list[str] = []
+    for entry in (*first.split(os.pathsep), *then.split(os.pathsep)):
+        if entry and entry not in entries:
+            entries.append(entry)
+    return os.pathsep.join(entries)
 
 
 def activate_fake_amdsmi() -> None:

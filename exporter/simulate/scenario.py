@@ -827,7 +827,7 @@ def _normalize_delays(rules: Any, path: str, vendors: Sequence[str]) -> list[dic
         _keys(
             _mapping(rule, where),
             where,
-            ("function", "device", "seconds", "from_s", "until_s"),
+            ("function", "device", "seconds", "from_s", "until_s", "busy"),
             required=("function", "seconds"),
         )
         start, until = _rule_window(rule, where)
@@ -839,6 +839,7 @@ def _normalize_delays(rules: Any, path: str, vendors: Sequence[str]) -> list[dic
                 "seconds": _number(rule["seconds"], f"{where}.seconds", lo=0, hi=MAX_DELAY_S),
                 "from_s": start,
                 "until_s": until,
+                "busy": _boolean(rule.get("busy", False), f"{where}.busy"),
             }
         )
     return out
@@ -1194,7 +1195,8 @@ def _nvml_view(scenario: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[
     """The NVIDIA devices and the NVML rules, with rule devices renumbered to NVML indices.
 
     AMD devices and amdsmi rules are left out: the fake NVML library must not
-    list them. A node with only AMD devices has no NVIDIA driver either.
+    list them. A node with only other vendors' devices (AMD devices, or a TPU,
+    Neuron or Gaudi section) has no NVIDIA driver either.
     """
     amd = _amd()
     nvml_index: dict[int, int] = {}
@@ -1209,7 +1211,8 @@ def _nvml_view(scenario: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[
                 for rule in scenario[kind] if not amd.is_amd_function(rule["function"])]
 
     errors = rules("errors")
-    if scenario["devices"] and not devices:
+    others = scenario["devices"] or any(section in scenario for section in FAMILY_SECTIONS)
+    if others and not devices:
         errors.insert(0, {"function": "nvmlInit", "device": None, "from_s": 0, "until_s": None,
                           "code": NVML_ERROR_CODES["DRIVER_NOT_LOADED"]})
     return devices, errors, rules("delays")
@@ -1219,7 +1222,9 @@ def _rule_line(kind: str, rule: Mapping[str, Any]) -> str:
     device = -1 if rule["device"] is None else rule["device"]
     amount = rule["code"] if kind == "error" else _num(rule["seconds"])
     until = math.inf if rule["until_s"] is None else rule["until_s"]
-    return f"{kind} {rule['function']} {device} {amount} {_num(rule['from_s'])} {_num(until)}"
+    busy = " busy" if rule.get("busy") else ""
+    return (f"{kind} {rule['function']} {device} {amount} {_num(rule['from_s'])} {_num(until)}"
+            f"{busy}")
 
 
 def render_state(scenario: Mapping[str, Any], epoch: float) -> str:

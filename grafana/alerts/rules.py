@@ -147,7 +147,7 @@ def transfer_rules(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.CRITICAL,
             expr=f"{metric(m.COLLECTIVE_SUSPECTED_STALL)} == 1",
             for_s=t.collective_stall_for,
-            summary="GPU {{ $labels.index }} on node {{ $labels.ray_node_id }} spins busy with "
+            summary="Device {{ $labels.index }} on node {{ $labels.ray_node_id }} spins busy with "
                     "no interconnect traffic: suspected hung collective "
                     "({{ $labels.actor_class }} {{ $labels.ray_actor_id }})",
             description="Device {{ $labels.index }} ({{ $labels.uuid }}), held by actor "
@@ -239,7 +239,7 @@ def _allocation(config: AlertConfig) -> tuple[Rule, ...]:
             expr=f"{idle} == 1",
             for_s=t.idle_allocation_for,
             summary="Ray worker pid {{ $labels.pid }} ({{ $labels.actor_class }}"
-                    "{{ $labels.task_name }}) holds GPU {{ $labels.index }} on node "
+                    "{{ $labels.task_name }}) holds device {{ $labels.index }} on node "
                     "{{ $labels.ray_node_id }} but does not use it",
             description="Ray assigned device {{ $labels.index }} ({{ $labels.uuid }}) to worker "
                         "pid {{ $labels.pid }} (job {{ $labels.ray_job_id }}, actor "
@@ -276,7 +276,7 @@ def _allocation(config: AlertConfig) -> tuple[Rule, ...]:
             expr=f"({utilization} > {number(t.unallocated_busy_utilization)}) "
                  f"and ignoring(task) ({allocated} == 0)",
             for_s=t.unallocated_busy_for,
-            summary="GPU {{ $labels.index }} on node {{ $labels.ray_node_id }} is "
+            summary="Device {{ $labels.index }} on node {{ $labels.ray_node_id }} is "
                     "{{ $value | humanizePercentage }} busy but Ray has not assigned it",
             description="Device {{ $labels.index }} ({{ $labels.uuid }}) has been more than "
                         f"{t.unallocated_busy_utilization:.0%} busy for "
@@ -348,7 +348,7 @@ def _device_health(config: AlertConfig) -> tuple[Rule, ...]:
             expr=f"increase({xid}[{duration(t.xid_window)}]) > 0 "
                  f"or ({xid} unless {xid} offset {duration(t.xid_window)})",
             for_s=0,
-            summary="XID {{ $labels.xid }} on GPU {{ $labels.index }} of node "
+            summary="XID {{ $labels.xid }} on device {{ $labels.index }} of node "
                     "{{ $labels.ray_node_id }}",
             description="The NVIDIA driver reported critical error XID {{ $labels.xid }} on "
                         "device {{ $labels.index }} ({{ $labels.uuid }}) within the last "
@@ -381,7 +381,7 @@ def _device_health(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.CRITICAL,
             expr=f"increase({ecc}[{duration(t.ecc_window)}]) > 0",
             for_s=0,
-            summary="Uncorrectable ECC errors on GPU {{ $labels.index }} of node "
+            summary="Uncorrectable ECC errors on device {{ $labels.index }} of node "
                     "{{ $labels.ray_node_id }}",
             description="Device {{ $labels.index }} ({{ $labels.uuid }}) counted new "
                         f"uncorrectable memory errors within the last {duration(t.ecc_window)}. "
@@ -409,7 +409,7 @@ def _device_health(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.CRITICAL,
             expr=f"{metric(m.ROW_REMAP_FAILURE)} == 1",
             for_s=0,
-            summary="Row remapping failed on GPU {{ $labels.index }} of node "
+            summary="Row remapping failed on device {{ $labels.index }} of node "
                     "{{ $labels.ray_node_id }}: the device needs service",
             description="Device {{ $labels.index }} ({{ $labels.uuid }}) could not remap a "
                         "faulty memory row. It cannot repair its memory any further.",
@@ -434,7 +434,7 @@ def _device_health(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.WARNING,
             expr=f"{metric(m.ROW_REMAP_PENDING)} == 1",
             for_s=t.row_remap_pending_for,
-            summary="GPU {{ $labels.index }} of node {{ $labels.ray_node_id }} needs a reset "
+            summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} needs a reset "
                     "to finish remapping memory rows",
             description="Device {{ $labels.index }} ({{ $labels.uuid }}) has a row remap waiting "
                         f"for the next device reset, for {duration(t.row_remap_pending_for)}.",
@@ -457,7 +457,7 @@ def _device_health(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.WARNING,
             expr=f"{throttle}{matchers(one_of('reason', *THERMAL_REASONS))} == 1",
             for_s=t.thermal_throttle_for,
-            summary="GPU {{ $labels.index }} of node {{ $labels.ray_node_id }} is held down by "
+            summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} is held down by "
                     "{{ $labels.reason }}",
             description="Clock event reason {{ $labels.reason }} has been slowing device "
                         "{{ $labels.index }} ({{ $labels.uuid }}) for "
@@ -485,7 +485,7 @@ def _device_health(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.INFO,
             expr=f"{throttle}{matchers(one_of('reason', *POWER_REASONS))} == 1",
             for_s=t.power_throttle_for,
-            summary="GPU {{ $labels.index }} of node {{ $labels.ray_node_id }} is held at its "
+            summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} is held at its "
                     "power limit ({{ $labels.reason }})",
             description="Clock event reason {{ $labels.reason }} has been limiting device "
                         "{{ $labels.index }} ({{ $labels.uuid }}) for "
@@ -514,7 +514,7 @@ def _device_health(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.WARNING,
             expr=f"{usage} / {limit} > {number(t.memory_full_ratio)}",
             for_s=t.memory_full_for,
-            summary="GPU {{ $labels.index }} of node {{ $labels.ray_node_id }} has "
+            summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} has "
                     "{{ $value | humanizePercentage }} of its memory in use",
             description="More than "
                         f"{t.memory_full_ratio:.0%} of device {{{{ $labels.index }}}} "
@@ -544,7 +544,7 @@ def _device_health(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.CRITICAL,
             expr=f"{metric(m.DEVICE_UP)} == 0",
             for_s=t.device_lost_for,
-            summary="GPU {{ $labels.index }} of node {{ $labels.ray_node_id }} does not answer",
+            summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} does not answer",
             description="Device {{ $labels.index }} ({{ $labels.uuid }}) has failed to answer "
                         f"the agent's sampling for {duration(t.device_lost_for)}: it is lost "
                         "(fallen off the bus) or its driver calls hang.",
@@ -598,7 +598,7 @@ def _interconnect(config: AlertConfig) -> tuple[Rule, ...]:
             expr=f"{width}{matchers(eq('state', CURRENT))} < ignoring(state) "
                  f"{width}{matchers(eq('state', MAX))}",
             for_s=t.pcie_downtrained_for,
-            summary="PCIe link of GPU {{ $labels.index }} on node {{ $labels.ray_node_id }} "
+            summary="PCIe link of device {{ $labels.index }} on node {{ $labels.ray_node_id }} "
                     "runs at x{{ $value | printf \"%.0f\" }}, below its maximum width",
             description="The PCIe link of device {{ $labels.index }} ({{ $labels.uuid }}) has "
                         "trained to fewer lanes than it and its slot support, for "
@@ -630,7 +630,7 @@ def _interconnect(config: AlertConfig) -> tuple[Rule, ...]:
                  f"and ignoring(state, task) "
                  f"({utilization} > {number(t.pcie_busy_utilization)})",
             for_s=t.pcie_downtrained_for,
-            summary="PCIe link of GPU {{ $labels.index }} on node {{ $labels.ray_node_id }} "
+            summary="PCIe link of device {{ $labels.index }} on node {{ $labels.ray_node_id }} "
                     "runs at Gen{{ $value | printf \"%.0f\" }} while busy, below its maximum",
             description="The PCIe link of device {{ $labels.index }} ({{ $labels.uuid }}) has "
                         "run below its maximum generation while the device was busy, for "
@@ -658,7 +658,7 @@ def _interconnect(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.WARNING,
             expr=f"{metric(m.LINK_UP)} == 0",
             for_s=t.link_down_for,
-            summary="{{ $labels.link_type }} link {{ $labels.link }} of GPU {{ $labels.index }} "
+            summary="{{ $labels.link_type }} link {{ $labels.link }} of device {{ $labels.index }} "
                     "on node {{ $labels.ray_node_id }} is down",
             description="Link {{ $labels.link }} ({{ $labels.link_type }}) of device "
                         "{{ $labels.index }} ({{ $labels.uuid }}) has not been active for "
@@ -689,7 +689,7 @@ def _interconnect(config: AlertConfig) -> tuple[Rule, ...]:
                  f"> {number(burst)}",
             for_s=0,
             summary="Burst of {{ $labels.error_type }} errors on {{ $labels.link_type }} link "
-                    "{{ $labels.link }} of GPU {{ $labels.index }} on node "
+                    "{{ $labels.link }} of device {{ $labels.index }} on node "
                     "{{ $labels.ray_node_id }}",
             description=f"More than {burst:g} {{{{ $labels.error_type }}}} errors within "
                         f"{duration(t.link_error_window)} on link {{{{ $labels.link }}}} of "
@@ -827,7 +827,7 @@ def _agent(config: AlertConfig) -> tuple[Rule, ...]:
             severity=Severity.WARNING,
             expr=f"{metric(m.DEVICE_SAMPLE_AGE)} > {number(t.sample_age_seconds)}",
             for_s=t.sample_stale_for,
-            summary="Values of GPU {{ $labels.index }} on node {{ $labels.ray_node_id }} are "
+            summary="Values of device {{ $labels.index }} on node {{ $labels.ray_node_id }} are "
                     "{{ $value | printf \"%.0f\" }} s old",
             description="The agent has not read device {{ $labels.index }} "
                         "({{ $labels.uuid }}) for more than "

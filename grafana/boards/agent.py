@@ -55,7 +55,7 @@ def board() -> Board:
                 timeseries("Cycles per second", "Sampling cycles completed per second.",
                            Query(rate(sel(m.AGENT_CYCLES)), AGENT)),
                 timeseries("Sample age", "Seconds since each device was last read.",
-                           Query(sel(m.DEVICE_SAMPLE_AGE), "GPU {{index}} {{ray_node_id}}"),
+                           Query(sel(m.DEVICE_SAMPLE_AGE), "{{vendor}} {{index}} {{ray_node_id}}"),
                            unit="s"),
             ]),
             Section("Ray attribution", [

@@ -8,7 +8,7 @@ from ..promql import eq, regex
 from . import uids
 from .common import Board, Query, Section, increase, sel, table, timeseries
 
-DEVICE = "GPU {{index}} {{ray_node_id}}"
+DEVICE = "{{vendor}} {{index}} {{ray_node_id}}"
 HIDDEN = ("Time", "SessionName", "simulated", "Value")
 
 
@@ -22,14 +22,14 @@ def board() -> Board:
         sections=[
             Section("Errors", [
                 timeseries("XID events", "Critical driver errors, by XID code.",
-                           Query(f"sum by (ray_node_id, index, xid) "
+                           Query(f"sum by (ray_node_id, vendor, index, xid) "
                                  f"({increase(sel(m.XID_ERRORS))})", DEVICE + " XID {{xid}}"),
                            bars=True),
                 table("XID codes seen", "XID events per device and code since each agent "
                       "started.", Query(sel(m.XID_ERRORS)),
                       hidden=HIDDEN[:-1], names={"Value": "Events"}, width=12),
                 timeseries("ECC errors", "New corrected and uncorrectable memory errors.",
-                           Query(f"sum by (ray_node_id, index, error_type) "
+                           Query(f"sum by (ray_node_id, vendor, index, error_type) "
                                  f"({increase(sel(m.HW_ERRORS, regex('error_type', 'ecc_.*')))})",
                                  DEVICE + " {{error_type}}"), bars=True),
                 timeseries("Remapped rows", "Memory rows remapped, by the kind of error.",

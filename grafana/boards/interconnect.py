@@ -11,12 +11,12 @@ from .common import Board, Query, Section, rate, sel, table, timeseries
 
 FABRIC = 'link_type!="pcie"'  # NVLink, XGMI: device-to-device links
 PCIE = eq("link_type", "pcie")
-DEVICE = "GPU {{index}} {{ray_node_id}}"
+DEVICE = "{{vendor}} {{index}} {{ray_node_id}}"
 HIDDEN = ("Time", "SessionName", "simulated", "vendor", "model", "Value")
 
 
 def _pcie_state(name: str, state: str) -> Query:
-    return Query(f"max by (ray_node_id, index, uuid) ({sel(name, eq('state', state))})")
+    return Query(f"max by (ray_node_id, vendor, index, uuid) ({sel(name, eq('state', state))})")
 
 
 def _downtrained(name: str) -> str:
@@ -35,29 +35,31 @@ def board() -> Board:
             Section("Bandwidth", [
                 timeseries("NVLink / XGMI bandwidth per device", "Bytes per second over all "
                            "device-to-device links of each device, by direction.",
-                           Query("sum by (ray_node_id, index, direction) "
+                           Query("sum by (ray_node_id, vendor, index, direction) "
                                  f"({rate(sel(m.LINK_IO, FABRIC))})", DEVICE + " {{direction}}"),
                            unit="Bps"),
                 timeseries("PCIe bandwidth per device", "Bytes per second over each device's "
-                           "PCIe host link, by direction.",
+                           "PCIe host link, by direction: from the byte counters, or as the "
+                           "driver samples it where it has no counters (Gaudi).",
                            Query(rate(sel(m.LINK_IO, PCIE)), DEVICE + " {{direction}}"),
+                           Query(sel(m.GAUDI_PCIE_THROUGHPUT), DEVICE + " {{direction}} (sampled)"),
                            unit="Bps"),
                 timeseries("Bandwidth per link", "Bytes per second on each NVLink/XGMI link: "
                            "an uneven spread points at a slow or missing link.",
                            Query(rate(sel(m.LINK_IO, FABRIC)),
-                                 "GPU {{index}} {{link_type}} {{link}} {{direction}}"),
+                                 "{{vendor}} {{index}} {{link_type}} {{link}} {{direction}}"),
                            unit="Bps", width=24, height=10),
             ]),
             Section("Link health", [
                 table("Links down", "Links that exist but are not trained and active.",
                       Query(f"{sel(m.LINK_UP)} == 0"), hidden=HIDDEN, width=8),
                 timeseries("Active links per device", "Links up, per device and link type.",
-                           Query("sum by (ray_node_id, index, link_type) "
+                           Query("sum by (ray_node_id, vendor, index, link_type) "
                                  f"({sel(m.LINK_UP)})", DEVICE + " {{link_type}}"), width=8),
                 timeseries("Link errors", "Link-level errors per second, by link and type.",
-                           Query("sum by (ray_node_id, index, link, error_type) "
+                           Query("sum by (ray_node_id, vendor, index, link, error_type) "
                                  f"({rate(sel(m.LINK_ERRORS))})",
-                                 "GPU {{index}} link {{link}} {{error_type}}"), width=8),
+                                 "{{vendor}} {{index}} link {{link}} {{error_type}}"), width=8),
                 timeseries("PCIe replays", "PCIe packets the device had to resend, per second.",
                            Query(rate(sel(m.HW_ERRORS, eq("error_type", "pcie_replay"))),
                                  DEVICE), width=8),
@@ -106,7 +108,7 @@ def board() -> Board:
                       hidden=HIDDEN, width=12),
                 table("NUMA, CPU affinity and NVLink domain", "Where each device sits relative "
                       "to CPUs, NICs and the NVLink fabric.",
-                      Query(f"max by (ray_node_id, index, numa_node, cpu_affinity, "
+                      Query(f"max by (ray_node_id, vendor, index, numa_node, cpu_affinity, "
                             f"nvlink_domain, nearest_nics) ({sel(m.DEVICE_INFO)})"),
                       hidden=HIDDEN),
             ]),

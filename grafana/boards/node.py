@@ -8,7 +8,7 @@ from ..promql import eq, one_of
 from . import uids
 from .common import Board, Query, Section, rate, sel, table, timeseries
 
-DEVICE = "GPU {{index}} {{ray_node_id}}"
+DEVICE = "{{vendor}} {{index}} {{ray_node_id}}"
 
 
 def board() -> Board:
@@ -54,6 +54,46 @@ def board() -> Board:
                            "lowest.", Query(sel(m.PERFORMANCE_STATE), DEVICE), low=0, high=15),
                 timeseries("Sample age", "Seconds since each device was last read.",
                            Query(sel(m.DEVICE_SAMPLE_AGE), DEVICE), unit="s"),
+            ]),
+            Section("TPU and Neuron runtimes", [
+                timeseries("TPU TensorCore utilization", "Fraction of the TensorCores' peak "
+                           "compute used (busy time alone is the compute utilization above).",
+                           Query(sel(m.TENSORCORE_UTILIZATION), DEVICE),
+                           unit="percentunit", low=0, high=1),
+                timeseries("TPU collective and transfer latency", "Quantiles of libtpu's "
+                           "collective latency, and of its transfers by path, since the "
+                           "previous sample.",
+                           Query(sel(m.COLLECTIVE_LATENCY), DEVICE + " collective q{{quantile}}"),
+                           Query(sel(m.TRANSFER_LATENCY),
+                                 DEVICE + " {{path}} q{{quantile}}"), unit="s"),
+                timeseries("NeuronCore memory by category", "Device memory the Neuron "
+                           "runtimes hold per NeuronCore: tensors, model code, constants, "
+                           "scratchpad, runtime.",
+                           Query(sel(m.NEURON_CORE_MEMORY_USAGE), DEVICE + " {{category}}"),
+                           unit="bytes"),
+                timeseries("Neuron executions", "Executions per second of each Neuron "
+                           "runtime, by outcome, and its execution errors by type.",
+                           Query(f"sum by (ray_node_id, pid, outcome) "
+                                 f"({rate(sel(m.NEURON_EXECUTIONS))})",
+                                 "pid {{pid}} {{outcome}}"),
+                           Query(f"sum by (ray_node_id, pid, error_type) "
+                                 f"({rate(sel(m.NEURON_EXECUTION_ERRORS))})",
+                                 "pid {{pid}} error {{error_type}}"), unit="ops"),
+                timeseries("Neuron execution latency", "Quantiles of each runtime's execution "
+                           "latency in the last period, end to end and on the device.",
+                           Query(f"max by (ray_node_id, pid, stage, quantile) "
+                                 f"({sel(m.NEURON_EXECUTION_LATENCY)})",
+                                 "pid {{pid}} {{stage}} q{{quantile}}"), unit="s"),
+                timeseries("Neuron runtime vCPU", "vCPU utilization of each Neuron runtime "
+                           "process, by mode.",
+                           Query(f"max by (ray_node_id, pid, mode) "
+                                 f"({sel(m.NEURON_RUNTIME_VCPU_UTILIZATION)})",
+                                 "pid {{pid}} {{mode}}"), unit="percentunit", low=0, high=1),
+                timeseries("Neuron runtime host memory", "Host memory each Neuron runtime "
+                           "process uses.",
+                           Query(f"max by (ray_node_id, pid) "
+                                 f"({sel(m.NEURON_RUNTIME_HOST_MEMORY)})", "pid {{pid}}"),
+                           unit="bytes"),
             ]),
             Section("Devices", [
                 table("Devices", "Static facts about each device.",

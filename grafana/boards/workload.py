@@ -22,7 +22,7 @@ from .common import (
 
 # Ray workers of the selected job(s); processes outside Ray have no job.
 in_job = selector(*BOARD_FILTERS, 'ray_job_id=~"$ray_job_id"')
-WORKER = "{{actor_class}}{{task_name}} pid {{pid}} GPU {{index}}"
+WORKER = "{{actor_class}}{{task_name}} pid {{pid}} {{vendor}} {{index}}"
 HIDDEN = ("Time", "SessionName", "simulated", "vendor", "model")
 # ray_node_id keeps its name: the node-detail data link reads that field.
 NAMES = {"index": "GPU", "ray_job_id": "Job", "actor_class": "Actor class",

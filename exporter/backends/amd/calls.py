@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from ..base import ErrorTally
+from ..base import DeviceDown, ErrorTally
 from .status import AMDSMI_STATUS, status_kind
 
 BACKEND_NAME = "amd"
@@ -31,15 +31,6 @@ _DEVICE_DOWN = frozenset(AMDSMI_STATUS[name] for name in (
 def error_kind(error: BaseException) -> str:
     """The kind of an amdsmi exception: its status name, or ``parameter`` for a bad argument."""
     return status_kind(getattr(error, "err_code", None))
-
-
-class DeviceDown(Exception):
-    """The device stopped answering: nothing more can be read from it this cycle."""
-
-    def __init__(self, function: str, kind: str) -> None:
-        super().__init__(f"{function}: {kind}")
-        self.function = function
-        self.kind = kind
 
 
 class DeviceCalls:

@@ -1,21 +1,165 @@
-"""The Gaudi backend (not yet reading anything: reports no Gaudi devices)."""
+"""The Gaudi backend: Intel Gaudi accelerators through ``pyhlml`` (HLML, Habana's NVML-like API).
+
+HLML is initialised once and its device handles kept for the backend's life.
+A device's index is HLML's index; its `module_id` fact is the HLML module id
+(the OAM slot), which is what HABANA_VISIBLE_MODULES and so Ray's "HPU" slots
+name. HLML lists no processes, so samples carry none: Ray attribution comes
+from Ray's own allocation. Its RoCE ports are the device's links.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
 
-from ...model import Device, DeviceSample
+from ...model import Device, DeviceSample, Reading
+from ...nics import nearest_nics
 from ..base import Backend, BackendUnavailable
+from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number, text
+from .library import load_pyhlml, start_hlml
+from .nic import Port, ports_of, read_ports
+from .probes import PROBES
+
+UNKNOWN_MODEL = "unknown"
+
+
+@dataclass
+class _Tracked:
+    """A discovered device with its handle and per-device call state."""
+
+    device: Device
+    handle: Any
+    calls: DeviceCalls
+    ports: tuple[Port, ...] = ()
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _bus_id(info: Any) -> str:
+    return text(getattr(info, "bus_id", b"")).lower()
 
 
 class GaudiBackend(Backend):
-    """Reads Gaudi devices."""
+    """Reads Intel Gaudi devices through pyhlml."""
 
-    name = "gaudi"
+    name = BACKEND_NAME
     vendor = "intel"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._library: ModuleType | None = None
+        self._tracked: dict[str, _Tracked] = {}
+        self._facts: dict[str, str] = {}
+
     def open(self) -> Sequence[Device]:
-        raise BackendUnavailable("no Gaudi devices found")
+        library = load_pyhlml()
+        start_hlml(library)
+        self._library = library
+        try:
+            count = library.hlmlDeviceGetCount()
+        except library.HLMLError as error:
+            self.close()
+            raise BackendUnavailable(f"HLML lists no devices: {error_kind(error)}") from None
+        if not count:
+            self.close()
+            raise BackendUnavailable("HLML found no Gaudi devices")
+        self._facts = self._read_facts(library)
+        self._tracked = {}
+        for index in range(count):
+            tracked = self._discover(library, index)
+            self._tracked[tracked.device.uuid] = tracked
+        return [t.device for t in self._tracked.values()]
+
+    def facts(self) -> Mapping[str, str]:
+        return dict(self._facts)
 
     def sample(self, device: Device) -> DeviceSample:
-        raise BackendUnavailable("no Gaudi devices found")
+        tracked = self._tracked[device.uuid]
+        with tracked.lock:
+            return self._sample(tracked)
+
+    def close(self) -> None:
+        library, self._library = self._library, None
+        if library is not None:
+            with contextlib.suppress(Exception):
+                library.hlmlShutdown()
+
+    # -- sampling --------------------------------------------------------------
+
+    def _sample(self, tracked: _Tracked) -> DeviceSample:
+        started = time.monotonic()
+        taken_at = time.time()
+        calls, handle = tracked.calls, tracked.handle
+        if handle is None:
+            return DeviceSample(device=tracked.device, up=False, taken_at=taken_at,
+                                errors=dict(calls.cycle_errors))
+        calls.begin_cycle()
+        readings: list[Reading] = []
+        try:
+            for probe in PROBES:
+                readings.extend(probe(calls, handle))
+            links = read_ports(calls, handle, tracked.ports)
+        except DeviceDown as down:
+            return DeviceSample(device=tracked.device, up=False, taken_at=taken_at,
+                                duration_s=time.monotonic() - started,
+                                errors={down.function: down.kind})
+        return DeviceSample(
+            device=tracked.device,
+            up=True,
+            taken_at=taken_at,
+            duration_s=time.monotonic() - started,
+            readings=tuple(readings),
+            links=links,
+            errors={**calls.unsupported, **calls.cycle_errors},
+        )
+
+    # -- discovery -------------------------------------------------------------
+
+    def _read_facts(self, library: ModuleType) -> dict[str, str]:
+        facts: dict[str, str] = {}
+        for key, function in (("driver_version", "hlmlGetDriverVersion"),
+                              ("hlml_version", "hlmlGetHLMLVersion"),
+                              ("nic_driver_version", "hlmlGetNicDriverVersion")):
+            with contextlib.suppress(Exception):
+                value = text(getattr(library, function)())
+                if value:
+                    facts[key] = value
+        return facts
+
+    def _discover(self, library: ModuleType, index: int) -> _Tracked:
+        calls = DeviceCalls(library, self.errors)
+        try:
+            handle = calls.call("hlmlDeviceGetHandleByIndex", index)
+            if handle is None:
+                raise DeviceDown("hlmlDeviceGetHandleByIndex", "no_handle")
+            device = self._identify(calls, handle, index)
+            ports = ports_of(calls, handle)
+        except DeviceDown as down:
+            # A device that cannot even be identified is still listed, as down.
+            calls.cycle_errors["discovery"] = str(down)
+            device = Device(self.vendor, str(index), f"gaudi-index-{index}", UNKNOWN_MODEL)
+            return _Tracked(device, None, calls)
+        return _Tracked(device, handle, calls, ports)
+
+    def _identify(self, calls: DeviceCalls, handle: Any, index: int) -> Device:
+        uuid = text(calls.call("hlmlDeviceGetUUID", handle))
+        bus = _bus_id(calls.call("hlmlDeviceGetPCIInfo", handle))
+        facts = {"driver_version": self._facts.get("driver_version", "")}
+        module = number(calls.call("hlmlDeviceGetModuleID", handle))
+        if module is not None:
+            facts["module_id"] = str(int(module))
+        serial = text(calls.call("hlmlDeviceGetSerial", handle))
+        if serial:
+            facts["serial"] = serial
+        revision = number(calls.call("hlmlDeviceGetHLRevision", handle))
+        if revision is not None:
+            facts["hl_revision"] = str(int(revision))
+        if bus:
+            facts["nearest_nics"] = ",".join(nearest_nics(bus))
+        model = text(calls.call("hlmlDeviceGetName", handle)) or UNKNOWN_MODEL
+        return Device(self.vendor, str(index), uuid or f"gaudi-index-{index}", model, bus,
+                      facts=facts)

@@ -1,4 +1,4 @@
-"""The Tpu backend."""
+"""The TPU backend: Google TPU chips through libtpu's runtime metric service."""
 
 from .backend import TpuBackend
 

@@ -1,0 +1,172 @@
+"""The simulated machine behind the fake pyhlml: a scenario's ``gaudi`` section at time t.
+
+The scenario is the saved expanded scenario of `SimulatedHardware` (its path in
+RAY_ACCEL_FAKE_PYHLML_SCENARIO, else ``scenario.json`` beside the state file
+named by RAY_ACCEL_FAKE_NVML_STATE), re-read when it changes, so tests and
+other processes can change it while this one runs. Each call checks, in order:
+initialised, valid handle, device lost, injected error, value defined.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pathlib
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ray_accel.exporter.simulate.gaudi_scenario import WILDCARD
+
+from .hlml_error import HLMLError
+from .pyhlml_types_generated import HLML_RETURN
+
+SCENARIO_ENV = "RAY_ACCEL_FAKE_PYHLML_SCENARIO"
+STATE_ENV = "RAY_ACCEL_FAKE_NVML_STATE"
+_RECHECK_S = 0.01  # how often the scenario file is looked at for changes, at most
+
+
+def scenario_path() -> pathlib.Path | None:
+    """Where the simulated hardware's scenario is, from the environment."""
+    if os.environ.get(SCENARIO_ENV):
+        return pathlib.Path(os.environ[SCENARIO_ENV])
+    state = os.environ.get(STATE_ENV)
+    return pathlib.Path(state).parent / "scenario.json" if state else None
+
+
+def error(name: str) -> HLMLError:
+    """The HLMLError pyhlml raises for HLML_ERROR_<name>."""
+    return HLMLError(HLML_RETURN[f"HLML_ERROR_{name}"].value)
+
+
+class Simulation:
+    """The state every fake pyhlml function reads; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._path: pathlib.Path | None = None
+        self._stat: tuple[int, int, int] | None = None
+        self._checked_at = 0.0
+        self._document: dict[str, Any] = {}
+        self.initialized = False
+
+    def _load(self) -> None:
+        """Reads the scenario if it changed; keeps the last good one while it is replaced."""
+        now = time.monotonic()
+        if self._stat is not None and now - self._checked_at < _RECHECK_S:
+            return
+        self._checked_at = now
+        assert self._path is not None
+        try:
+            info = self._path.stat()
+            key = (info.st_ino, info.st_size, info.st_mtime_ns)
+            if key != self._stat:
+                self._document = json.loads(self._path.read_text(encoding="utf-8"))
+                self._stat = key
+        except (OSError, ValueError):
+            if self._stat is None:
+                raise
+
+    @property
+    def section(self) -> Mapping[str, Any]:
+        return self._document.get("scenario", {}).get("gaudi") or {}
+
+    def time(self) -> float:
+        """Scenario time t: seconds since the epoch, or the frozen time."""
+        frozen = self._document["scenario"].get("freeze_at_s")
+        return float(frozen) if frozen is not None else time.time() - self._document["epoch"]
+
+    # -- life cycle ----------------------------------------------------------
+
+    def init(self) -> None:
+        """hlmlInit: without a gaudi section, libhlml.so "cannot be loaded"."""
+        with self._lock:
+            path = scenario_path()
+            if path != self._path:
+                self._path, self._stat = path, None
+            try:
+                if path is None:
+                    raise OSError("no simulated hardware")
+                self._load()
+                section = self._document["scenario"].get("gaudi")
+            except (OSError, ValueError, KeyError):
+                section = None
+            if section is None:
+                print("Failed to load libhlml")  # what pyhlml's LibHLML prints
+                raise error("UNINITIALIZED")
+            if section.get("init_error"):
+                raise error(section["init_error"])
+            self.initialized = True
+
+    def shutdown(self) -> None:
+        self.initialized = False
+
+    # -- calls ---------------------------------------------------------------
+
+    def check(self, function: str) -> None:
+        """A call that takes no device: initialised and no injected error."""
+        with self._lock:
+            self._enter(function, None)
+
+    def device(self, function: str, handle: Any) -> Mapping[str, Any]:
+        """The scenario device a handle names, after the checks every device call makes."""
+        with self._lock:
+            return self._enter(function, handle)
+
+    def devices(self) -> list[Mapping[str, Any]]:
+        with self._lock:
+            return list(self.section.get("devices") or ())
+
+    def _enter(self, function: str, handle: Any) -> Any:
+        if not self.initialized:
+            raise error("UNINITIALIZED")
+        self._load()
+        position = None
+        device = None
+        if handle is not None:
+            value = handle.value if isinstance(handle, ctypes.c_void_p) else None
+            devices = self.section.get("devices") or []
+            if not value or not 0 < value <= len(devices):
+                raise error("INVALID_ARGUMENT")
+            position, device = value - 1, devices[value - 1]
+            lost_at = device.get("lost_at_s")
+            if lost_at is not None and self.time() >= lost_at:
+                raise error("AIP_IS_LOST")
+        rule = self._rule(function, position)
+        if rule is not None:
+            raise HLMLError(rule["code"])
+        return device
+
+    def _rule(self, function: str, position: int | None) -> Mapping[str, Any] | None:
+        t = self.time()
+        for rule in self.section.get("errors") or ():
+            if rule["function"] not in (function, WILDCARD):
+                continue
+            if rule["device"] is not None and rule["device"] != position:
+                continue
+            until = rule.get("until_s")
+            if rule["from_s"] <= t and (until is None or t < until):
+                return rule
+        return None
+
+
+SIMULATION = Simulation()
+
+
+def not_supported() -> HLMLError:
+    """What a function answers for a value the scenario does not define."""
+    return error("NOT_SUPPORTED")
+
+
+def import_failure() -> str | None:
+    """The import failure the scenario simulates (``gaudi.import_error``), if any."""
+    path = scenario_path()
+    if path is None:
+        return None
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return (document.get("scenario", {}).get("gaudi") or {}).get("import_error")

@@ -1,0 +1,183 @@
+"""The ``neuron`` section of a scenario: AWS Neuron devices as ``neuron-monitor`` reports them.
+
+The simulated ``neuron-monitor`` (``fake_neuron/monitor.py``) reads this section
+from the saved scenario on every report; docs/simulation.md lists every key.
+Values use neuron-monitor's units: percent, bytes, seconds. Counters (ECC
+events, executions) are cumulative here; the fake reports what they grew by
+during each report's period, as neuron-monitor does.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .scenario import (
+    ScenarioError,
+    _boolean,
+    _fail,
+    _integer,
+    _keys,
+    _list,
+    _mapping,
+    _string,
+    check_counter,
+    check_signal,
+)
+
+__all__ = ["ECC_FIELDS", "ERROR_TYPES", "MEMORY_CATEGORIES", "METRIC_GROUPS",
+           "RUNTIME_GROUPS", "SYSTEM_GROUPS", "ScenarioError", "ecc_counters",
+           "normalize_section"]
+
+# neuron-monitor's metric groups (its config file's "type" values)
+RUNTIME_GROUPS = ("neuroncore_counters", "memory_used", "neuron_runtime_vcpu_usage",
+                  "execution_stats")
+SYSTEM_GROUPS = ("neuron_hw_counters", "vcpu_usage", "memory_info")
+METRIC_GROUPS = (*RUNTIME_GROUPS, *SYSTEM_GROUPS)
+# neuron_hw_counters fields of one device
+ECC_FIELDS = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected",
+              "sram_ecc_uncorrected")
+# execution_stats.error_summary keys
+ERROR_TYPES = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+# memory_used ... neuroncore_memory_usage.<core> keys
+MEMORY_CATEGORIES = ("constants", "model_code", "model_shared_scratchpad", "runtime_memory",
+                     "tensors")
+MAX_DEVICES = 64  # MAX_NEURON_DEVICE_COUNT of the newest Neuron driver
+MAX_CORES_PER_DEVICE = 8
+
+_INSTANCE_KEYS = ("instance_name", "instance_id", "instance_type", "instance_availability_zone",
+                  "instance_availability_zone_id", "instance_region", "ami_id", "subnet_id")
+_DEFAULTS: dict[str, Any] = {
+    "neuron_device_type": "trainium",
+    "neuron_device_version": "v2",
+    "neuroncore_version": "v2",
+    "neuron_device_count": 16,
+    "neuroncore_per_device_count": 2,
+    "neuron_device_memory_size": 32 * 2**30,
+    "hardware_error": "",
+    "instance": {},
+    "ecc": {},
+    "runtimes": [],
+    "faults": {},
+}
+
+
+def _percent(value: Any, path: str) -> None:
+    check_signal(value, path, 0, 100)
+
+
+def _check_instance(value: Any, path: str) -> None:
+    instance = _mapping(value, path)
+    _keys(instance, path, _INSTANCE_KEYS)
+    for key, text in instance.items():
+        _string(text, f"{path}.{key}", 255)
+
+
+def _check_ecc(value: Any, path: str) -> None:
+    for scope, counters in _mapping(value, path).items():
+        where = f"{path}.{scope}"
+        if scope != "*" and not (isinstance(scope, str) and scope.isdigit()):
+            raise _fail(where, 'expected a device index ("0", "1", ...) or "*" for every device')
+        _keys(_mapping(counters, where), where, ECC_FIELDS)
+        for key, counter in counters.items():
+            check_counter(counter, f"{where}.{key}")
+
+
+def _check_runtime(runtime: Any, path: str, cores: int) -> None:
+    checks: dict[str, Callable[[Any, str], None]] = {
+        "pid": lambda v, p: _integer(v, p, lo=1, hi=2**32 - 1),
+        "tag": lambda v, p: _string(v, p, 255),
+        "cores": lambda v, p: [_integer(c, f"{p}[{i}]", hi=cores - 1)
+                               for i, c in enumerate(_list(v, p, cores))],
+        "utilization_percent": _percent,
+        "flops": check_signal,
+        "core_memory_bytes": lambda v, p: _check_memory(v, p),
+        "host_memory_bytes": check_signal,
+        "vcpu_user_percent": _percent,
+        "vcpu_system_percent": _percent,
+        "executions_per_s": check_signal,
+        "errors_per_s": _check_errors,
+        "latency_s": check_signal,
+        "error": lambda v, p: _string(v, p, 1024),
+        "while_alive": _boolean,
+    }
+    item = _mapping(runtime, path)
+    _keys(item, path, tuple(checks), required=("pid", "cores"))
+    for key, value in item.items():
+        checks[key](value, f"{path}.{key}")
+
+
+def _check_memory(value: Any, path: str) -> None:
+    memory = _mapping(value, path)
+    _keys(memory, path, MEMORY_CATEGORIES)
+    for key, signal in memory.items():
+        check_signal(signal, f"{path}.{key}")
+
+
+def _check_errors(value: Any, path: str) -> None:
+    errors = _mapping(value, path)
+    _keys(errors, path, ERROR_TYPES)
+    for key, signal in errors.items():
+        check_signal(signal, f"{path}.{key}")
+
+
+def _check_faults(value: Any, path: str) -> None:
+    faults = _mapping(value, path)
+    _keys(faults, path, ("missing_groups", "group_errors", "exit_after_reports", "silent",
+                         "malformed_lines"))
+    for i, group in enumerate(_list(faults.get("missing_groups", []), f"{path}.missing_groups")):
+        if group not in METRIC_GROUPS:
+            raise _fail(f"{path}.missing_groups[{i}]",
+                        f"unknown metric group {group!r} (one of {', '.join(METRIC_GROUPS)})")
+    errors = _mapping(faults.get("group_errors", {}), f"{path}.group_errors")
+    for group, message in errors.items():
+        if group not in METRIC_GROUPS:
+            raise _fail(f"{path}.group_errors.{group}", f"unknown metric group {group!r}")
+        _string(message, f"{path}.group_errors.{group}", 1024)
+    if faults.get("exit_after_reports") is not None:
+        _integer(faults["exit_after_reports"], f"{path}.exit_after_reports", lo=0)
+    for key in ("silent", "malformed_lines"):
+        _boolean(faults.get(key, False), f"{path}.{key}")
+
+
+def normalize_section(value: Any, path: str) -> dict[str, Any]:
+    """The scenario's ``neuron`` section, checked, with defaults filled in.
+
+    Raises:
+        ScenarioError: naming the offending key (e.g. ``neuron.runtimes[0].cores[1]``).
+    """
+    section = _mapping(value, path)
+    _keys(section, path, tuple(_DEFAULTS))
+    out = {**copy.deepcopy(_DEFAULTS), **copy.deepcopy(dict(section))}
+    for key in ("neuron_device_type", "neuron_device_version", "neuroncore_version"):
+        _string(out[key], f"{path}.{key}", 63)
+    _string(out["hardware_error"], f"{path}.hardware_error", 1024)
+    devices = _integer(out["neuron_device_count"], f"{path}.neuron_device_count",
+                       hi=MAX_DEVICES)
+    per_device = _integer(out["neuroncore_per_device_count"],
+                          f"{path}.neuroncore_per_device_count", lo=1, hi=MAX_CORES_PER_DEVICE)
+    _integer(out["neuron_device_memory_size"], f"{path}.neuron_device_memory_size")
+    _check_instance(out["instance"], f"{path}.instance")
+    _check_ecc(out["ecc"], f"{path}.ecc")
+    for scope in out["ecc"]:
+        if scope != "*" and int(scope) >= devices:
+            raise _fail(f"{path}.ecc.{scope}", f"no device {scope} (there are {devices})")
+    cores = devices * per_device
+    pids: set[int] = set()
+    for i, runtime in enumerate(_list(out["runtimes"], f"{path}.runtimes")):
+        where = f"{path}.runtimes[{i}]"
+        if cores == 0:
+            raise _fail(where, "a runtime needs NeuronCores (neuron_device_count is 0)")
+        _check_runtime(runtime, where, cores)
+        if runtime["pid"] in pids:
+            raise _fail(f"{where}.pid", f"pid {runtime['pid']} is listed twice")
+        pids.add(runtime["pid"])
+    _check_faults(out["faults"], f"{path}.faults")
+    return out
+
+
+def ecc_counters(section: Mapping[str, Any], device: int) -> dict[str, Any]:
+    """The ECC counters of one device: its own entry over the ``"*"`` one."""
+    ecc = section.get("ecc") or {}
+    return {**(ecc.get("*") or {}), **(ecc.get(str(device)) or {})}

@@ -1,0 +1,341 @@
+"""The simulated TPU host: libtpu's runtime metric service, the GKE device plugin and /dev.
+
+`start(hardware)` serves a scenario's ``tpu`` section (see tpu_scenario.py):
+
+- a real gRPC server on 127.0.0.1 speaking ``tpu.monitoring.runtime.RuntimeMetricService``
+  (the descriptors of `backends.tpu.proto`), with local credentials as libtpu;
+- optionally an HTTP endpoint with the device plugin's Prometheus metrics;
+- a folder standing for ``/dev`` (``vfio/<group>`` or ``accel<N>`` files) and one
+  for ``/sys`` (the chips' PCI devices, IOMMU groups or accel class links).
+
+It re-reads the saved scenario (``hardware.scenario_path``) when it changes, so
+`SimulatedHardware.update` and `modify` reach it. The chips' device files are
+created once, at start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ..backends.tpu import proto
+from ..backends.tpu.chips import DEV_DIR_ENV, GOOGLE_PCI_VENDOR, SYSFS_DIR_ENV
+from ..backends.tpu.device_plugin import ADDRESS_ENV
+from ..backends.tpu.runtime import PORTS_ENV
+from .signals import counter_at, value_at
+from .tpu_scenario import WILDCARD
+
+if TYPE_CHECKING:
+    from . import SimulatedHardware
+
+# latency key of the scenario -> libtpu distribution
+LATENCY_METRICS: dict[str, str] = {
+    "collective_e2e": proto.COLLECTIVE_E2E,
+    "dcn_outbound": proto.DCN_TRANSFER,
+    "dcn_inbound": proto.DCN_INBOUND,
+    "host_to_device": proto.HOST_TO_DEVICE,
+    "device_to_host": proto.DEVICE_TO_HOST,
+}
+# The bucket layout the fake reports: exponential, 1 us doubling, 24 finite buckets.
+BUCKET_SCALE_US, BUCKET_GROWTH, FINITE_BUCKETS = 1.0, 2.0, 24
+TAIL_SHARE = 0.1  # observations one bucket above the latency, for a visible tail
+
+
+class _Scenario:
+    """The saved scenario's ``tpu`` section and clock, re-read when the file changes."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._document: dict[str, Any] = {}
+
+    def current(self) -> tuple[dict[str, Any], float]:
+        """(tpu section, scenario time t)."""
+        with self._lock:
+            try:
+                stat = self._path.stat()
+                stamp = (stat.st_mtime_ns, stat.st_ino)
+                if stamp != self._stamp:
+                    self._document = json.loads(self._path.read_text(encoding="utf-8"))
+                    self._stamp = stamp
+            except (OSError, ValueError):
+                pass  # keep the last good copy while the file is being replaced
+            document = self._document
+        scenario = document.get("scenario", {})
+        frozen = scenario.get("freeze_at_s")
+        t = float(frozen) if frozen is not None else time.time() - document.get("epoch", 0)
+        return scenario.get("tpu") or {}, t
+
+
+def _gauge_metric(chip: int, value: float, as_int: bool) -> Any:
+    gauge = proto.Gauge(as_int=int(value)) if as_int else proto.Gauge(as_double=float(value))
+    return proto.Metric(attribute=proto.Attribute(key=proto.DEVICE_ID_KEY,
+                                                  value=proto.AttrValue(int_attr=chip)),
+                        gauge=gauge)
+
+
+def bucket_counts(count: int, latency_us: float) -> list[int]:
+    """Cumulative bucket counts: most observations in the latency's bucket, a tail above."""
+    buckets = [0] * (FINITE_BUCKETS + 2)
+    if latency_us < BUCKET_SCALE_US:
+        index = 0
+    else:
+        index = min(int(math.log(latency_us / BUCKET_SCALE_US, BUCKET_GROWTH)) + 1,
+                    FINITE_BUCKETS + 1)
+    tail = int(count * TAIL_SHARE)
+    buckets[index] += count - tail
+    buckets[min(index + 1, FINITE_BUCKETS + 1)] += tail
+    return buckets
+
+
+def _distribution_metric(count: int, latency_us: float) -> Any:
+    options = {"exponential_buckets": {"num_finite_buckets": FINITE_BUCKETS,
+                                       "growth_factor": BUCKET_GROWTH,
+                                       "scale": BUCKET_SCALE_US}}
+    buckets = bucket_counts(count, latency_us)
+    size = proto.Attribute(key="buffer-size", value=proto.AttrValue(string_attr="8MB+"))
+    return proto.Metric(
+        attribute=proto.Attribute(key="", value=proto.AttrValue(
+            kvlist_attr=proto.KeyValueList(attributes=[size]))),
+        distribution=proto.Distribution(count=count, mean=latency_us, bucket_options=options,
+                                        bucket_counts=buckets))
+
+
+def runtime_metrics(section: Mapping[str, Any], name: str, t: float) -> list[Any] | None:
+    """The ``Metric`` entries for `name` at time t; None for a metric libtpu lacks."""
+    chips = section.get("chips", [])
+    per_chip = {
+        proto.HBM_USAGE: ("hbm_used_bytes", True),
+        proto.HBM_TOTAL: ("hbm_total_bytes", True),
+        proto.DUTY_CYCLE: ("duty_cycle_percent", False),
+        proto.HBM_BANDWIDTH: ("hbm_bandwidth_percent", False),
+    }
+    if name in per_chip:
+        key, as_int = per_chip[name]
+        return [_gauge_metric(i, value_at(chip[key], t), as_int)
+                for i, chip in enumerate(chips) if chip.get(key) is not None]
+    for key, metric in LATENCY_METRICS.items():
+        if metric == name:
+            latency = (section.get("latencies") or {}).get(key)
+            if latency is None:
+                return []
+            return [_distribution_metric(counter_at(latency["count"], t),
+                                         value_at(latency["latency_us"], t))]
+    return None
+
+
+def _failure(section: Mapping[str, Any], name: str, t: float) -> grpc.StatusCode | None:
+    if not section.get("runtime_service", True):
+        return grpc.StatusCode.UNAVAILABLE
+    if name in section.get("unsupported_metrics", ()):
+        return grpc.StatusCode.NOT_FOUND
+    for rule in section.get("errors", ()):
+        until = rule.get("until_s")
+        if (rule["metric"] in (name, WILDCARD) and rule["from_s"] <= t
+                and (until is None or t < until)):
+            return grpc.StatusCode[rule["status"]]
+    return None
+
+
+class _Service:
+    """The runtime metric service's two methods, answering from the scenario."""
+
+    def __init__(self, scenario: _Scenario) -> None:
+        self._scenario = scenario
+        self.asked: Counter[str] = Counter()  # GetRuntimeMetric requests by metric name
+
+    def get_runtime_metric(self, request: Any, context: grpc.ServicerContext) -> Any:
+        section, t = self._scenario.current()
+        name = request.metric_name
+        self.asked[name] += 1
+        failure = _failure(section, name, t)
+        if failure is not None:
+            context.abort(failure, f"simulated {failure.name} for {name}")
+        metrics = runtime_metrics(section, name, t)
+        if metrics is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"metric {name} not found")
+        return proto.MetricResponse(metric=proto.TPUMetric(name=name, metrics=metrics))
+
+    def list_supported_metrics(self, request: Any, context: grpc.ServicerContext) -> Any:
+        section, _ = self._scenario.current()
+        if not section.get("runtime_service", True):
+            context.abort(grpc.StatusCode.UNAVAILABLE, "no TPU workload")
+        names = [n for n in proto.ALL_METRICS if n not in section.get("unsupported_metrics", ())]
+        return proto.ListSupportedMetricsResponse(
+            supported_metric=[proto.SupportedMetric(metric_name=n) for n in names])
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The gRPC handler serving both methods."""
+        return grpc.method_handlers_generic_handler(proto.SERVICE, {
+            "GetRuntimeMetric": grpc.unary_unary_rpc_method_handler(
+                self.get_runtime_metric, request_deserializer=proto.MetricRequest.FromString,
+                response_serializer=proto.MetricResponse.SerializeToString),
+            "ListSupportedMetrics": grpc.unary_unary_rpc_method_handler(
+                self.list_supported_metrics,
+                request_deserializer=proto.ListSupportedMetricsRequest.FromString,
+                response_serializer=proto.ListSupportedMetricsResponse.SerializeToString),
+        })
+
+
+def plugin_text(section: Mapping[str, Any], t: float) -> str:
+    """The device plugin's /metrics: host metrics by host index, runtime ones slice-wide."""
+    chips = section.get("chips", [])
+    first = int(section.get("worker_id", 0)) * len(chips)  # this host's first slice-wide number
+    base = {"make": "cloud-tpu", "model": section.get("device_plugin_model", ""),
+            "tpu_topology": section.get("topology", "")}
+    lines: list[str] = []
+    series = (
+        ("duty_cycle", "duty_cycle_percent", True),
+        ("memory_used", "hbm_used_bytes", True),
+        ("memory_total", "hbm_total_bytes", True),
+        ("tensorcore_utilization", "tensorcore_utilization_percent", False),
+        ("memory_bandwidth_utilization", "hbm_bandwidth_percent", False),
+    )
+    for name, key, slice_wide in series:
+        lines.append(f"# TYPE {name} gauge")
+        for i, chip in enumerate(chips):
+            if chip.get(key) is None:
+                continue
+            number = first + i if slice_wide else i
+            labels = {"accelerator_id": f"{section.get('accelerator_id', '0')}-{number}", **base}
+            text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            lines.append(f"{name}{{{text}}} {float(value_at(chip[key], t))!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _plugin_server(scenario: _Scenario) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            section, t = scenario.current()
+            if self.path != "/metrics" or not section.get("device_plugin", False):
+                self.send_error(404 if self.path != "/metrics" else 503)
+                return
+            body = plugin_text(section, t).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="fake-tpu-plugin", daemon=True).start()
+    return server
+
+
+def sysfs_bus_id(nvml_bus_id: str) -> str:
+    """"00000000:00:04.0" (the scenario's form) -> "0000:00:04.0" (sysfs' form)."""
+    domain, rest = nvml_bus_id.split(":", 1)
+    return f"{int(domain, 16):04x}:{rest.lower()}"
+
+
+def build_host_files(root: pathlib.Path, section: Mapping[str, Any]) -> None:
+    """Writes root/dev (the chips' device files) and root/sys (their PCI devices)."""
+    dev, sys = root / "dev", root / "sys"
+    pci = sys / "bus" / "pci" / "devices"
+    pci.mkdir(parents=True)
+    (dev / "vfio").mkdir(parents=True)
+    if section.get("device_files", "vfio") == "vfio":
+        (dev / "vfio" / "vfio").touch()  # the container node, not a group
+    for i, chip in enumerate(section.get("chips", [])):
+        bus_id = sysfs_bus_id(chip["pci_bus_id"])
+        device = pci / bus_id
+        device.mkdir()
+        (device / "vendor").write_text(GOOGLE_PCI_VENDOR + "\n")
+        (device / "device").write_text(section.get("pci_device_id", "0x0063") + "\n")
+        (device / "subsystem_device").write_text("0x0000\n")
+        (device / "numa_node").write_text(f"{chip.get('numa_node', 0)}\n")
+        if section.get("device_files", "vfio") == "vfio":
+            (dev / "vfio" / str(i)).touch()
+            members = sys / "kernel" / "iommu_groups" / str(i) / "devices"
+            members.mkdir(parents=True)
+            (members / bus_id).symlink_to(device)
+        else:
+            (dev / f"accel{i}").touch()
+            accel = sys / "class" / "accel" / f"accel{i}"
+            accel.mkdir(parents=True)
+            (accel / "device").symlink_to(device)
+
+
+class TpuFake:
+    """The running fake of one simulated TPU host (a `FamilyFake`)."""
+
+    def __init__(self, hardware: SimulatedHardware) -> None:
+        self._scenario = _Scenario(hardware.scenario_path)
+        section, _ = self._scenario.current()
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="fake-tpu-"))
+        self._grpc: grpc.Server | None = None
+        self._plugin: ThreadingHTTPServer | None = None
+        try:
+            build_host_files(self.root, section)
+            self.service = _Service(self._scenario)
+            self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+            self._grpc.add_generic_rpc_handlers((self.service.handler(),))
+            self.port = self._grpc.add_secure_port(
+                "127.0.0.1:0", grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP))
+            self._grpc.start()
+            if section.get("device_plugin", False):
+                self._plugin = _plugin_server(self._scenario)
+            self._slice = {
+                "TPU_NAME": section.get("slice_name", ""),
+                "TPU_WORKER_ID": str(section.get("worker_id", 0)),
+                "TPU_TOPOLOGY": section.get("topology", ""),
+                "TPU_ACCELERATOR_TYPE": section.get("accelerator_type", ""),
+            }
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def plugin_address(self) -> str:
+        """``127.0.0.1:<port>`` of the device plugin endpoint, "" when not served."""
+        return f"127.0.0.1:{self._plugin.server_address[1]}" if self._plugin else ""
+
+    def environ(self) -> dict[str, str]:
+        """Variables pointing the TPU backend (and Ray's TPU labels) at this host."""
+        variables = {
+            DEV_DIR_ENV: str(self.root / "dev"),
+            SYSFS_DIR_ENV: str(self.root / "sys"),
+            PORTS_ENV: str(self.port),
+            **{k: v for k, v in self._slice.items() if v},
+        }
+        if self._plugin is not None:
+            variables[ADDRESS_ENV] = self.plugin_address
+        return variables
+
+    def activate(self) -> None:
+        """Makes this process's TPU backend read this host."""
+        os.environ.update(self.environ())
+
+    def close(self) -> None:
+        """Stops the servers and removes the files."""
+        if self._grpc is not None:
+            self._grpc.stop(None)
+            self._grpc = None
+        if self._plugin is not None:
+            self._plugin.shutdown()
+            self._plugin.server_close()
+            self._plugin = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start(hardware: SimulatedHardware) -> TpuFake:
+    """Starts the fake TPU host of `hardware`'s scenario."""
+    return TpuFake(hardware)

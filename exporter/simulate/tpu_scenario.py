@@ -1,0 +1,149 @@
+"""The ``tpu`` section of a scenario: one TPU host of a slice, served by `tpu_fake`.
+
+Chips hold what libtpu's runtime metric service reports, in its units (bytes,
+percent); latencies are distributions of microseconds. Values are signals and
+counters like the NVIDIA ones, so they move over time. docs/simulation.md
+lists every key.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .scenario import (
+    ScenarioError,
+    _boolean,
+    _check_keys_with,
+    _fail,
+    _int_check,
+    _integer,
+    _keys,
+    _list,
+    _mapping,
+    _number,
+    _signal_check,
+    _string,
+    check_counter,
+    normalize_pci_bus_id,
+)
+
+MAX_CHIPS = 64
+DEVICE_FILES = ("vfio", "accel")
+# gRPC status codes a rule may answer with (names of grpc.StatusCode)
+STATUSES = ("NOT_FOUND", "UNIMPLEMENTED", "INVALID_ARGUMENT", "INTERNAL", "UNAVAILABLE",
+            "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "UNKNOWN")
+# latency key -> libtpu distribution it stands for (see backends/tpu/proto.py)
+LATENCY_KEYS = ("collective_e2e", "dcn_outbound", "dcn_inbound", "host_to_device",
+                "device_to_host")
+WILDCARD = "*"
+
+_CHIP_CHECKS: dict[str, Callable[[Any, str], None]] = {
+    "pci_bus_id": normalize_pci_bus_id,
+    "numa_node": _int_check(hi=1024),
+    "hbm_total_bytes": _int_check(hi=2**50),
+    "hbm_used_bytes": _signal_check(),
+    "duty_cycle_percent": _signal_check(0, 100),
+    "hbm_bandwidth_percent": _signal_check(0, 100),
+    "tensorcore_utilization_percent": _signal_check(0, 100),
+}
+CHIP_KEYS = tuple(_CHIP_CHECKS)
+
+
+def _check_latency(value: Any, path: str) -> None:
+    latency = _mapping(value, path)
+    _keys(latency, path, ("count", "latency_us"), required=("count", "latency_us"))
+    check_counter(latency["count"], f"{path}.count")
+    _signal_check(1, 1e12)(latency["latency_us"], f"{path}.latency_us")
+
+
+def _rule(value: Any, path: str) -> dict[str, Any]:
+    rule = _mapping(value, path)
+    _keys(rule, path, ("metric", "status", "from_s", "until_s"), required=("metric", "status"))
+    _string(rule["metric"], f"{path}.metric", 200)
+    if rule["status"] not in STATUSES:
+        raise _fail(f"{path}.status", f"expected one of {', '.join(STATUSES)}, "
+                                      f"got {rule['status']!r}")
+    start = _number(rule.get("from_s", 0), f"{path}.from_s", lo=0)
+    until = rule.get("until_s")
+    if until is not None and _number(until, f"{path}.until_s", lo=0) <= start:
+        raise _fail(f"{path}.until_s", "must be after from_s")
+    return {"metric": rule["metric"], "status": rule["status"], "from_s": start,
+            "until_s": until}
+
+
+def _chips(section: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
+    defaults = _mapping(section.get("chip_defaults") or {}, f"{path}.chip_defaults")
+    _check_keys_with(defaults, f"{path}.chip_defaults", _CHIP_CHECKS)
+    chips_in = _list(section.get("chips", []), f"{path}.chips", MAX_CHIPS)
+    if not chips_in:
+        raise _fail(f"{path}.chips", "needs at least one chip")
+    chips, seen = [], {}
+    for i, chip in enumerate(chips_in):
+        where = f"{path}.chips[{i}]"
+        merged = {**copy.deepcopy(dict(defaults)), **copy.deepcopy(dict(_mapping(chip, where)))}
+        _check_keys_with(merged, where, _CHIP_CHECKS)
+        _keys(merged, where, CHIP_KEYS, required=("pci_bus_id", "hbm_total_bytes"))
+        merged["pci_bus_id"] = normalize_pci_bus_id(merged["pci_bus_id"], f"{where}.pci_bus_id")
+        if merged["pci_bus_id"] in seen:
+            raise _fail(f"{where}.pci_bus_id", f"also used by {seen[merged['pci_bus_id']]}")
+        seen[merged["pci_bus_id"]] = where
+        chips.append(merged)
+    return chips
+
+
+_TOP_KEYS = ("accelerator_type", "slice_name", "worker_id", "topology", "device_files",
+             "pci_device_id", "runtime_service", "device_plugin", "device_plugin_model",
+             "accelerator_id", "unsupported_metrics", "errors", "chip_defaults", "chips",
+             "latencies")
+
+
+def normalize_section(value: Any, path: str) -> dict[str, Any]:
+    """Checks and expands a scenario's ``tpu`` section.
+
+    Raises:
+        ScenarioError: naming the offending key (e.g. ``tpu.chips[3].duty_cycle_percent``).
+    """
+    section = _mapping(value, path)
+    _keys(section, path, _TOP_KEYS, required=("chips",))
+    out: dict[str, Any] = {
+        "accelerator_type": _string(section.get("accelerator_type", "v5litepod-8"),
+                                    f"{path}.accelerator_type", 64),
+        "slice_name": _string(section.get("slice_name", ""), f"{path}.slice_name", 128),
+        "worker_id": _integer(section.get("worker_id", 0), f"{path}.worker_id", hi=4096),
+        "topology": _string(section.get("topology", ""), f"{path}.topology", 32),
+        "pci_device_id": _string(section.get("pci_device_id", "0x0063"),
+                                 f"{path}.pci_device_id", 6),
+        "runtime_service": _boolean(section.get("runtime_service", True),
+                                    f"{path}.runtime_service"),
+        "device_plugin": _boolean(section.get("device_plugin", False), f"{path}.device_plugin"),
+        "device_plugin_model": _string(section.get("device_plugin_model", "tpu-v5-lite-podslice"),
+                                       f"{path}.device_plugin_model", 64),
+        "accelerator_id": _string(section.get("accelerator_id", "4804690994094478883"),
+                                  f"{path}.accelerator_id", 64),
+    }
+    files = section.get("device_files", "vfio")
+    if files not in DEVICE_FILES:
+        raise _fail(f"{path}.device_files", f'expected "vfio" or "accel", got {files!r}')
+    out["device_files"] = files
+    device_id = out["pci_device_id"]
+    if not (device_id.startswith("0x") and len(device_id) == 6
+            and all(c in "0123456789abcdef" for c in device_id[2:])):
+        raise _fail(f"{path}.pci_device_id", f'expected "0x" and 4 lowercase hex digits, '
+                                             f"got {device_id!r}")
+    unsupported = _list(section.get("unsupported_metrics", []), f"{path}.unsupported_metrics")
+    out["unsupported_metrics"] = [_string(name, f"{path}.unsupported_metrics[{i}]", 200)
+                                  for i, name in enumerate(unsupported)]
+    out["errors"] = [_rule(rule, f"{path}.errors[{i}]")
+                     for i, rule in enumerate(_list(section.get("errors", []), f"{path}.errors"))]
+    out["chips"] = _chips(section, path)
+    latencies = _mapping(section.get("latencies") or {}, f"{path}.latencies")
+    _keys(latencies, f"{path}.latencies", LATENCY_KEYS)
+    for key, latency in latencies.items():
+        _check_latency(latency, f"{path}.latencies.{key}")
+    out["latencies"] = copy.deepcopy(dict(latencies))
+    return out
+
+
+__all__ = ["CHIP_KEYS", "LATENCY_KEYS", "STATUSES", "ScenarioError", "normalize_section"]

@@ -1,0 +1,96 @@
+"""A mixed cluster in one view: GPU, TPU and Neuron nodes of one real Ray cluster.
+
+Three nodes on 127.0.0.1, each on simulated hardware of its own: an HGX H200
+head (fake NVML), a TPU v5e-8 host (fake runtime metric service over gRPC) and a
+trn1.32xlarge-like node (fake neuron-monitor). `ray-accel deploy` starts an
+agent on each; `ray-accel dashboard` finds them through the GCS registry, as the
+module does inside Ray, and its API shows the three kinds of devices side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from loopback_ray import LoopbackCluster
+from ray._common.network_utils import find_free_port
+
+from ray_accel.exporter.simulate import SimulatedHardware
+
+SCENARIOS = ("hgx-h200", "tpu-v5e-8", "trn1-32xl")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[LoopbackCluster, dict[str, str]]]:
+    hardware = [SimulatedHardware.start(s) for s in SCENARIOS]
+    cluster = LoopbackCluster(prefix="mx-")
+    try:
+        nodes = {cluster.start_head(hardware[0].environ(), "--num-cpus=1"): SCENARIOS[0]}
+        for hw, scenario in zip(hardware[1:], SCENARIOS[1:], strict=True):
+            nodes[cluster.add_node(hw.environ(), "--num-cpus=0")] = scenario
+        deployed = subprocess.run(
+            [sys.executable, "-m", "ray_accel.exporter.cli", "deploy", "--address",
+             cluster.gcs_address, "--interval", "0.5", "--register-interval", "1",
+             "--wait", "120"],
+            env=cluster.env, capture_output=True, text=True, timeout=240)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        yield cluster, nodes
+    finally:
+        cluster.stop()
+        for hw in hardware:
+            hw.close()
+
+
+def _get_json(url: str, token: str) -> dict:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def _api_answers(cluster: LoopbackCluster) -> tuple[dict, dict, dict]:
+    """`ray-accel dashboard` on the cluster: its summary, nodes and heatmap once all are in."""
+    port = find_free_port()
+    token = cluster.token.read_text().strip()
+    api = f"http://127.0.0.1:{port}/accelerators/api"
+    dashboard = subprocess.Popen(
+        [sys.executable, "-m", "ray_accel.exporter.cli", "dashboard", "--address",
+         cluster.gcs_address, "--port", str(port), "--refresh", "1"],
+        env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        nodes: dict = {}
+        for _ in range(90):
+            try:
+                nodes = _get_json(f"{api}/nodes", token)
+            except OSError:
+                nodes = {}
+            if len(nodes.get("nodes", ())) == len(SCENARIOS) and all(
+                    n["status"] == "ok" and n["device_count"] for n in nodes["nodes"]):
+                break
+            time.sleep(1)
+        return _get_json(f"{api}/summary", token), nodes, _get_json(f"{api}/heatmap", token)
+    finally:
+        dashboard.terminate()
+        dashboard.wait(timeout=15)
+
+
+def test_gpu_tpu_and_neuron_nodes_in_one_view(cluster):
+    ray_cluster, scenario_of = cluster
+    summary, nodes, heatmap = _api_answers(ray_cluster)
+    assert {n["node_id"]: n["status"] for n in nodes["nodes"]} == dict.fromkeys(
+        scenario_of, "ok"), summary["refresh"]
+    count = {scenario_of[n["node_id"]]: n["device_count"] for n in nodes["nodes"]}
+    assert count == {"hgx-h200": 8, "tpu-v5e-8": 8, "trn1-32xl": 16 + 32}  # chips + NeuronCores
+    assert summary["devices"]["total"] == 8 + 8 + 48
+    vendors = Counter(m["vendor"] for m in summary["by_model"])
+    assert set(vendors) == {"nvidia", "google", "aws"}
+    # The heatmap, the one view of every device, has each with its utilization.
+    cells = {scenario_of[row["node_id"]]: row["devices"] for row in heatmap["nodes"]}
+    for scenario, devices in cells.items():
+        assert any(cell["util"] is not None and cell["mem"] is not None for cell in devices), \
+            scenario
