@@ -312,3 +312,13 @@ def test_backend_is_found_through_its_entry_point():
     assert isinstance(backend, NvidiaBackend)
     with pytest.raises(ValueError, match="unknown backend"):
         load_backends(["nope"])
+
+
+def test_32_bit_counters_that_wrap_become_monotonic_totals():
+    from ray_accel.exporter.backends.nvidia.interconnect import CounterUnwrapper
+
+    unwrapper = CounterUnwrapper()
+    assert unwrapper.total(0, 2**32 - 10) == 2**32 - 10
+    assert unwrapper.total(0, 5) == 2**32 + 5          # wrapped once between reads
+    assert unwrapper.total(0, 20) == 2**32 + 20
+    assert unwrapper.total(1, 7) == 7                  # each counter on its own

@@ -61,6 +61,28 @@ class NvLinkFacts:
 
 
 @dataclass
+class CounterUnwrapper:
+    """Monotonic totals of 32-bit counters that wrap, assuming at most one wrap between reads.
+
+    A real H200 (driver 580) answers the PCIe byte counters (fields 197/198) as
+    32-bit values, which NVML documents as "can be wrapped": at 4 GB/s they wrap
+    every second. The total starts at the first value read.
+    """
+
+    last: dict[int, int] = field(default_factory=dict)
+    totals: dict[int, int] = field(default_factory=dict)
+
+    def total(self, position: int, raw: int) -> int:
+        previous = self.last.get(position)
+        self.last[position] = raw
+        if previous is None:
+            self.totals[position] = raw
+        else:
+            self.totals[position] += (raw - previous) % 2**32
+        return self.totals[position]
+
+
+@dataclass
 class LinkLayout:
     """A device's links and the field requests that read their counters in one call."""
 
@@ -69,6 +91,7 @@ class LinkLayout:
     pcie_max: tuple[Reading, ...] = ()
     requests: list[tuple[int, int]] = field(default_factory=list)
     meanings: list[tuple[str, int, str, dict[str, str], int]] = field(default_factory=list)
+    unwrapper: CounterUnwrapper = field(default_factory=CounterUnwrapper)
 
     def __post_init__(self) -> None:
         for link in self.nvlinks:
@@ -142,12 +165,15 @@ def _counters(calls: DeviceCalls, handle: Any,
     by_link: dict[tuple[str, int], list[Reading]] = {}
     values = calls.call(pynvml.nvmlDeviceGetFieldValues, handle, layout.requests,
                         every_cycle=True)
-    for value, (link_type, index, metric, labels, scale) in zip(
+    for position, (value, (link_type, index, metric, labels, scale)) in enumerate(zip(
         _plain(values) if values else (), layout.meanings, strict=False
-    ):
+    )):
         if value.nvmlReturn == pynvml.NVML_SUCCESS:
+            number = _field_value(value)
+            if value.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:  # every field is a counter
+                number = layout.unwrapper.total(position, int(number))
             by_link.setdefault((link_type, index), []).append(
-                reading(metric, _field_value(value) * scale, **labels))
+                reading(metric, number * scale, **labels))
     return by_link
 
 

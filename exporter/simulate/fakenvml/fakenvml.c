@@ -2614,7 +2614,8 @@ static void store_value(nvmlFieldValue_t *out, unsigned int type, double v)
     memset(&out->value, 0, sizeof out->value);
     switch (type) {
     case NVML_VALUE_TYPE_DOUBLE: out->value.dVal = v; break;
-    case NVML_VALUE_TYPE_UNSIGNED_INT: out->value.uiVal = to_uint(v); break;
+    /* 32-bit counters wrap, as NVML documents for the PCIe byte counters */
+    case NVML_VALUE_TYPE_UNSIGNED_INT: out->value.uiVal = (unsigned int)(to_ull(v) & 0xFFFFFFFFull); break;
     case NVML_VALUE_TYPE_UNSIGNED_LONG: out->value.ulVal = (unsigned long)to_ull(v); break;
     case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: out->value.ullVal = to_ull(v); break;
     case NVML_VALUE_TYPE_SIGNED_LONG_LONG: out->value.sllVal = to_ll(v); break;
