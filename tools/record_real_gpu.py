@@ -37,12 +37,12 @@ def _answer(fn: Any, *args: Any) -> Any:
         value = fn(*args)
     except pynvml.NVMLError as error:
         return {"error": str(error), "code": error.value}
-    if isinstance(value, ctypes.Structure):
-        return {name: _plain(getattr(value, name)) for name, _ in value._fields_}
     return _plain(value)
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, ctypes.Structure):
+        return {name: _plain(getattr(value, name)) for name, _ in value._fields_}
     if isinstance(value, ctypes.Array):
         return bytes(value).hex()
     if isinstance(value, bytes):
