@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -60,6 +61,10 @@ def registry_discovery(gcs_address: str) -> Discover:
                 for r in records]
 
     return discover
+
+
+def _reduced(body: bytes) -> dict[str, Any]:
+    return reduce_snapshot(json.loads(body))
 
 
 class Collector:
@@ -160,7 +165,8 @@ class Collector:
                     body = await reply.content.read(MAX_SNAPSHOT_BYTES + 1)
                     if len(body) > MAX_SNAPSHOT_BYTES:
                         raise NotASnapshot("snapshot larger than 64 MiB")
-                data = reduce_snapshot(json.loads(body))
+                # Parsed off the event loop: a 1000-node round would block it for seconds.
+                data = await asyncio.to_thread(_reduced, body)
             except TimeoutError:
                 node.error = f"no answer within {self.fetch_timeout_s:g} s"
             except (aiohttp.ClientError, OSError) as error:

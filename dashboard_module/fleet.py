@@ -7,11 +7,17 @@ device UUIDs and (optionally) Ray job/actor ids, so nothing collides.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
+
+from aiohttp import web
+
+from .collector import AgentTarget
 
 
 def _hex(seed: str, length: int) -> str:
@@ -57,3 +63,42 @@ def fleet(template: dict[str, Any], count: int) -> list[dict[str, Any]]:
     """`count` snapshot documents, one per synthetic node."""
     maker = Fleet(template)
     return [json.loads(maker.text(number)) for number in range(count)]
+
+
+class FleetServer:
+    """One HTTP server answering /n/<i>/api/v1/snapshot for many synthetic nodes.
+
+    `bodies(i)` is node i's snapshot body; None makes node i hang like a stuck
+    agent until the server stops. Use as an async context manager.
+    """
+
+    def __init__(self, bodies: Callable[[int], bytes | None]) -> None:
+        self.bodies = bodies
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+        self._release = asyncio.Event()
+
+    async def __aenter__(self) -> FleetServer:
+        async def snapshot(request: web.Request) -> web.Response:
+            body = self.bodies(int(request.match_info["number"]))
+            if body is None:
+                await self._release.wait()
+            return web.Response(body=body, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_get("/n/{number}/api/v1/snapshot", snapshot)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def target(self, number: int) -> AgentTarget:
+        """How the collector finds node `number`."""
+        return AgentTarget(node_id(number), f"{self.url}/n/{number}", f"host-{number}")

@@ -16,13 +16,13 @@ import time
 
 import pytest
 from agent_process import AgentProcess
-from aiohttp import ClientTimeout, web
+from aiohttp import ClientTimeout
 from aiohttp.test_utils import TestClient, TestServer
 
 from ray_accel.dashboard_module.aggregate import NodeState, build_view
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import AgentTarget, Collector
-from ray_accel.dashboard_module.fleet import Fleet, node_id
+from ray_accel.dashboard_module.fleet import Fleet, FleetServer, node_id
 from ray_accel.dashboard_module.reduce import reduce_snapshot
 from ray_accel.dashboard_module.standalone import COOKIE, build_app
 
@@ -114,44 +114,11 @@ async def _client(collector: Collector, token: str | None = TOKEN) -> TestClient
     return client
 
 
-class FakeAgents:
-    """One HTTP server answering /n/<i>/api/v1/snapshot for many synthetic nodes."""
-
-    def __init__(self, bodies) -> None:
-        self.bodies = bodies
-        self.runner: web.AppRunner | None = None
-        self.url = ""
-        self.release = asyncio.Event()
-
-    async def __aenter__(self) -> FakeAgents:
-        async def snapshot(request: web.Request) -> web.Response:
-            body = self.bodies(int(request.match_info["number"]))
-            if body is None:
-                await self.release.wait()  # a hung agent, until the test ends
-            return web.Response(body=body, content_type="application/json")
-
-        app = web.Application()
-        app.router.add_get("/n/{number}/api/v1/snapshot", snapshot)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.release.set()
-        await self.runner.cleanup()
-
-    def target(self, number: int) -> AgentTarget:
-        return AgentTarget(node_id(number), f"{self.url}/n/{number}", f"host-{number}")
-
-
 def test_api_over_real_and_fake_agents(agent, template):
     doctored_body = json.dumps(doctored(template)).encode()
 
     async def scenario() -> None:
-        async with FakeAgents(lambda n: doctored_body if n == 1 else None) as fakes:
+        async with FleetServer(lambda n: doctored_body if n == 1 else None) as fakes:
             targets = [AgentTarget(node_id(0), agent.url, "real-host"), fakes.target(1),
                        fakes.target(2)]  # node 2 hangs
 
@@ -242,7 +209,7 @@ def test_summary_of_1000_nodes(template):
     bodies = [fleet.text(n).encode() for n in range(1000)]
 
     async def scenario() -> None:
-        async with FakeAgents(lambda n: bodies[n]) as fakes:
+        async with FleetServer(lambda n: bodies[n]) as fakes:
             targets = [fakes.target(n) for n in range(1000)]
 
             async def discover():
