@@ -322,3 +322,26 @@ def test_32_bit_counters_that_wrap_become_monotonic_totals():
     assert unwrapper.total(0, 5) == 2**32 + 5          # wrapped once between reads
     assert unwrapper.total(0, 20) == 2**32 + 20
     assert unwrapper.total(1, 7) == 7                  # each counter on its own
+
+
+def test_slow_calls_are_answered_from_their_last_result_for_ten_seconds(tmp_path, monkeypatch):
+    doc = scenario(devices=1, freeze_at_s=None)
+    doc["delays"] = [{"function": "nvmlDeviceGetTotalEnergyConsumption", "seconds": 0.002,
+                      "busy": True}]  # 2 ms of CPU, like a real H200's energy counter
+    monkeypatch.setenv(STATE_ENV, "")  # restored after the test
+    now = [0.0]
+    with SimulatedHardware.start(doc, state_dir=tmp_path) as hardware:
+        hardware.activate()
+        backend = NvidiaBackend(clock=lambda: now[0])
+        devices = backend.open()
+        energy = []
+        try:
+            for seconds in (0, 1, 2, 3, 12):
+                now[0] = seconds
+                time.sleep(0.05)  # the simulated energy counter moves on meanwhile
+                energy.append(values(backend.sample(devices[0]))[(m.ENERGY, ())])
+        finally:
+            backend.close()
+    assert energy[0] < energy[1]  # slow twice in a row: read both times
+    assert energy[1] == energy[2] == energy[3]  # then the last answer, for 10 s
+    assert energy[4] > energy[3]  # and read again after that
