@@ -86,7 +86,7 @@ def _finding(kind: str, severity: str, node: NodeState, message: str,
 
 def device_findings(node: NodeState, device: dict[str, Any]) -> list[dict[str, Any]]:
     """Everything wrong with one device, most severe first."""
-    name = f"GPU {device['index']} ({device['model']})"
+    name = f"{device['model']} #{device['index']}"
     if not device["up"]:
         return [_finding("device_down", "critical", node, f"{name} is not answering", device,
                          errors=device["errors"])]

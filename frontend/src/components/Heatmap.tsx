@@ -35,14 +35,14 @@ export function cellColor(cell: HeatCell, metric: HeatMetric): string {
 function Cell({ cell, node, metric, onOpen }: {
   cell: HeatCell; node: HeatNode; metric: HeatMetric; onOpen: (nodeId: string) => void;
 }) {
-  const title = `${node.hostname || node.node_id.slice(0, 8)} GPU ${cell.index} · ${cell.model}
+  const title = `${node.hostname || node.node_id.slice(0, 8)} device ${cell.index} · ${cell.model}
 utilization ${percent(cell.util)} · memory ${percent(cell.mem)} · ${watts(cell.power)}
 ${cell.health}${cell.idle ? " · IDLE ALLOCATION" : cell.allocated ? " · allocated" : ""}`;
   return (
     <Tooltip title={<span style={{ whiteSpace: "pre-line" }}>{title}</span>}>
       <Box component="button" onClick={() => onOpen(node.node_id)}
         data-testid={`cell-${node.node_id}-${cell.index}`} data-health={cell.health}
-        data-idle={cell.idle ? "true" : "false"} aria-label={`GPU ${cell.index}`}
+        data-idle={cell.idle ? "true" : "false"} aria-label={`device ${cell.index}`}
         sx={{
           width: 30, height: 22, mr: "3px", p: 0, cursor: "pointer", borderRadius: "3px",
           background: cellColor(cell, metric), fontSize: 10, color: "#fff",

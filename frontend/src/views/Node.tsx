@@ -57,7 +57,7 @@ export function NodeView({ nodeId, refreshMs, ray }: {
       <Table size="small" data-testid="device-table">
         <TableHead>
           <TableRow>
-            <TableCell>GPU</TableCell><TableCell>Health</TableCell>
+            <TableCell>Device</TableCell><TableCell>Health</TableCell>
             <TableCell align="right">Util</TableCell><TableCell>Last 10 min</TableCell>
             <TableCell align="right">Memory</TableCell><TableCell align="right">Power</TableCell>
             <TableCell align="right">Temp</TableCell>
@@ -117,7 +117,7 @@ export function NodeView({ nodeId, refreshMs, ray }: {
       <Table size="small" stickyHeader data-testid="links">
         <TableHead>
           <TableRow>
-            <TableCell>GPU</TableCell><TableCell>Link</TableCell><TableCell>State</TableCell>
+            <TableCell>Device</TableCell><TableCell>Link</TableCell><TableCell>State</TableCell>
             <TableCell>To</TableCell><TableCell align="right">TX</TableCell>
             <TableCell align="right">RX</TableCell><TableCell align="right">Errors</TableCell>
           </TableRow>
@@ -143,7 +143,7 @@ export function NodeView({ nodeId, refreshMs, ray }: {
       <Table size="small" data-testid="processes">
         <TableHead>
           <TableRow>
-            <TableCell>GPU</TableCell><TableCell>PID</TableCell><TableCell>Job</TableCell>
+            <TableCell>Device</TableCell><TableCell>PID</TableCell><TableCell>Job</TableCell>
             <TableCell>Actor / task</TableCell><TableCell align="right">Memory</TableCell>
             <TableCell align="right">SM</TableCell>
           </TableRow>

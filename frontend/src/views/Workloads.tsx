@@ -29,7 +29,7 @@ function UnitRows({ unit, ray }: { unit: Unit; ray: string | null }) {
             </TableCell>
           )}
           <TableCell><Link href={`#/node/${d.node_id}`}>
-            {d.hostname || d.node_id.slice(0, 12)}</Link> GPU {d.index}</TableCell>
+            {d.hostname || d.node_id.slice(0, 12)}</Link> device {d.index}</TableCell>
           <TableCell align="right">{d.fraction ?? "not allocated"}</TableCell>
           <TableCell align="right">{percent(d.utilization)}</TableCell>
           <TableCell align="right">{percent(d.process_sm_utilization)}</TableCell>
@@ -79,7 +79,7 @@ export function WorkloadsView({ jobId, refreshMs, ray }: {
         <TableHead>
           <TableRow>
             <TableCell>Job</TableCell><TableCell align="right">Actors</TableCell>
-            <TableCell align="right">Tasks</TableCell><TableCell align="right">GPUs held</TableCell>
+            <TableCell align="right">Tasks</TableCell><TableCell align="right">Devices held</TableCell>
             <TableCell align="right">Devices</TableCell><TableCell align="right">Nodes</TableCell>
             <TableCell>Idle allocations</TableCell><TableCell>Ray</TableCell>
           </TableRow>
