@@ -166,9 +166,13 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .simulate import ScenarioError, load_scenario
 
     try:
-        load_scenario(args.scenario)
+        scenario = load_scenario(args.scenario)
     except ScenarioError as error:
         parser.error(f"--scenario: {error}")
+    if not any(d.get("vendor", "nvidia") == "nvidia" for d in scenario["devices"]):
+        parser.error(f"--scenario: {scenario['name']} has no NVIDIA GPUs, and the demo's "
+                     "workload runs on GPUs; run `ray-accel agent --simulate "
+                     f"{scenario['name']}` to see its devices")
     return run(args.scenario, args.port)
 
 
