@@ -22,6 +22,7 @@ from .attribution.model import UNATTRIBUTED, Attribution
 from .attribution.slots import assign_holders
 from .backends.base import Backend, BackendUnavailable, ErrorTally
 from .collective import CollectiveStallDetector
+from .heap import HeapTrimmer
 from .model import BackendStatus, Device, DeviceSample, NodeSnapshot, stale_after_s
 from .rates import with_link_rates
 from .store import SnapshotStore
@@ -280,11 +281,13 @@ class Sampler:
 
     def _loop(self) -> None:
         next_at = time.monotonic()
+        heap = HeapTrimmer()
         while not self._stop.is_set():
             try:
                 self.run_cycle()
             except Exception:  # the loop must survive anything one cycle does
                 log.exception("sampling cycle failed")
+            heap.maybe_trim()
             next_at += self.interval_s
             now = time.monotonic()
             if next_at < now:  # overran: skip the ticks we missed

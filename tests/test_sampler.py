@@ -173,3 +173,14 @@ def test_background_loop_publishes_cycles_and_stops():
 def test_interval_must_be_positive():
     with pytest.raises(ValueError, match="interval"):
         Sampler([], SnapshotStore(), interval_s=0)
+
+
+def test_the_heap_is_trimmed_at_most_once_a_minute():
+    from ray_accel.exporter.heap import HeapTrimmer
+
+    now = [0.0]
+    trimmer = HeapTrimmer(every_s=60, clock=lambda: now[0])
+    for seconds, trims in ((1, 0), (61, 1), (100, 1), (122, 2)):
+        now[0] = seconds
+        trimmer.maybe_trim()
+        assert trimmer.trims == trims, seconds
