@@ -203,10 +203,11 @@ def targets(results: dict) -> list[str]:
          "repeated scrape within one cycle is served from the cache"),
         (growth < 1.0, f"flat memory under churn: {growth:+.1f} MiB from cycle "
          f"{f['marks'][0][0]:,} to {f['marks'][-1][0]:,}"),
-        (largest["cached"]["summary"]["p99"] < 0.3,
+        (largest["during_refresh"]["p99"] < 0.3,
          f"cluster summary for {largest['nodes']} nodes under 300 ms p99: "
-         f"{largest['cached']['summary']['p99'] * 1e3:.1f} ms between refreshes, "
-         f"{largest['during_refresh']['p99'] * 1e3:.0f} ms while rounds run back to back"),
+         f"{largest['during_refresh']['p99'] * 1e3:.0f} ms while refresh rounds run back to "
+         f"back (a 1000-node round takes most of the 5 s refresh interval), "
+         f"{largest['cached']['summary']['p99'] * 1e3:.1f} ms between rounds"),
     ]
     return [f"- {'met' if ok else 'MISSED'}: {text}." for ok, text in checks]
 

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,7 @@ class Collector:
         self.discovery_error = ""
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
+        self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-accel-parse")
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -165,8 +167,11 @@ class Collector:
                     body = await reply.content.read(MAX_SNAPSHOT_BYTES + 1)
                     if len(body) > MAX_SNAPSHOT_BYTES:
                         raise NotASnapshot("snapshot larger than 64 MiB")
-                # Parsed off the event loop: a 1000-node round would block it for seconds.
-                data = await asyncio.to_thread(_reduced, body)
+                # Parsed off the event loop (a 1000-node round would block it for
+                # seconds), one at a time: more parsing threads would only take the
+                # GIL from the loop more often.
+                data = await asyncio.get_running_loop().run_in_executor(
+                    self._parser, _reduced, body)
             except TimeoutError:
                 node.error = f"no answer within {self.fetch_timeout_s:g} s"
             except (aiohttp.ClientError, OSError) as error:
