@@ -34,6 +34,7 @@ SLOW_CALL_CPU_S = 0.0003
 SLOW_REUSE_S = 10.0
 
 log = logging.getLogger(__name__)
+_REPORTED_SLOW: set[str] = set()
 
 _PERMANENT = frozenset({
     pynvml.NVML_ERROR_NOT_SUPPORTED,
@@ -131,8 +132,9 @@ class DeviceCalls:
             return answer
         streak = self._slow_streak[name] = self._slow_streak.get(name, 0) + 1
         if streak >= 2:
-            if name not in self._reused:
-                log.info("%s took %.2f ms of CPU: its answer is reused for %g s", name,
+            if name not in _REPORTED_SLOW:  # once per function, not once per device
+                _REPORTED_SLOW.add(name)
+                log.info("%s took %.2f ms of CPU: its answers are reused for %g s", name,
                          spent * 1e3, self._slow_reuse_s)
             self._reused[name] = (now + self._slow_reuse_s, answer)
         return answer
