@@ -24,6 +24,28 @@ class DeviceDown(Exception):
         self.kind = kind
 
 
+class CallErrors:
+    """What one device's vendor calls failed with: for good (never asked again) or this cycle.
+
+    The per-device call wrappers of the backends build on it; one thread at a
+    time uses an instance.
+    """
+
+    def __init__(self, tally: ErrorTally) -> None:
+        self._tally = tally
+        self._unsupported: dict[str, str] = {}
+        self.cycle_errors: dict[str, str] = {}
+
+    def begin_cycle(self) -> None:
+        """Start a new sampling cycle with no errors recorded."""
+        self.cycle_errors = {}
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        """Calls this device never answers, with the reason."""
+        return dict(self._unsupported)
+
+
 class ErrorTally:
     """Thread-safe counts of failed vendor calls, by error kind and function."""
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from ..base import DeviceDown, ErrorTally
+from ..base import CallErrors, DeviceDown, ErrorTally
 from .status import AMDSMI_STATUS, status_kind
 
 BACKEND_NAME = "amd"
@@ -33,7 +33,7 @@ def error_kind(error: BaseException) -> str:
     return status_kind(getattr(error, "err_code", None))
 
 
-class DeviceCalls:
+class DeviceCalls(CallErrors):
     """amdsmi calls for one device, remembering which functions it does not support.
 
     Instances live as long as the device; `begin_cycle()` clears the errors and
@@ -42,20 +42,13 @@ class DeviceCalls:
 
     def __init__(self, library: ModuleType, tally: ErrorTally) -> None:
         self.library = library
-        self._tally = tally
-        self._unsupported: dict[str, str] = {}
+        super().__init__(tally)
         self._answers: dict[tuple[str, str], Any] = {}
-        self.cycle_errors: dict[str, str] = {}
 
     def begin_cycle(self) -> None:
         """Start a new sampling cycle with no errors recorded and nothing memoised."""
-        self.cycle_errors = {}
+        super().begin_cycle()
         self._answers = {}
-
-    @property
-    def unsupported(self) -> dict[str, str]:
-        """Functions this device never answers, with the reason."""
-        return dict(self._unsupported)
 
     def call(self, function: str, *args: Any, key: str = "") -> Any | None:
         """Call ``amdsmi.<function>(*args)``; return its answer, or None when it is absent.

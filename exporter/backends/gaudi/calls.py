@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..base import DeviceDown, ErrorTally
+from ..base import CallErrors, DeviceDown, ErrorTally
 from .status import HLML_RETURN, status_kind
 
 BACKEND_NAME = "gaudi"
@@ -30,7 +30,7 @@ def error_kind(error: BaseException) -> str:
     return status_kind(getattr(error, "value", None))
 
 
-class DeviceCalls:
+class DeviceCalls(CallErrors):
     """pyhlml calls for one device, remembering which functions it does not support.
 
     Instances live as long as the device; `begin_cycle()` clears the previous
@@ -39,18 +39,7 @@ class DeviceCalls:
 
     def __init__(self, library: ModuleType, tally: ErrorTally) -> None:
         self.library = library
-        self._tally = tally
-        self._unsupported: dict[str, str] = {}
-        self.cycle_errors: dict[str, str] = {}
-
-    def begin_cycle(self) -> None:
-        """Start a new sampling cycle with no errors recorded."""
-        self.cycle_errors = {}
-
-    @property
-    def unsupported(self) -> dict[str, str]:
-        """Functions this device never answers, with the reason."""
-        return dict(self._unsupported)
+        super().__init__(tally)
 
     def call(self, function: str, *args: Any, key: str = "") -> Any | None:
         """Call ``pyhlml.<function>(*args)``; return its answer, or None when it is absent.

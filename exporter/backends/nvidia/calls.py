@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from ..base import DeviceDown, ErrorTally
+from ..base import CallErrors, DeviceDown, ErrorTally
 
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ def error_kind(error: pynvml.NVMLError) -> str:
     return _ERROR_KINDS.get(error.value, f"code_{error.value}")
 
 
-class DeviceCalls:
+class DeviceCalls(CallErrors):
     """NVML calls for one device, remembering which functions it does not support.
 
     Instances live as long as the device; `begin_cycle()` clears the errors of
@@ -64,23 +64,12 @@ class DeviceCalls:
     def __init__(self, tally: ErrorTally, slow_call_cpu_s: float = SLOW_CALL_CPU_S,
                  slow_reuse_s: float = SLOW_REUSE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._tally = tally
+        super().__init__(tally)
         self._clock = clock
-        self._unsupported: dict[str, str] = {}
         self._reused: dict[str, tuple[float, Any]] = {}  # name -> (reuse until, answer)
         self._slow_streak: dict[str, int] = {}  # name -> slow answers in a row
         self._slow_call_cpu_s = slow_call_cpu_s
         self._slow_reuse_s = slow_reuse_s
-        self.cycle_errors: dict[str, str] = {}
-
-    def begin_cycle(self) -> None:
-        """Start a new sampling cycle with no errors recorded."""
-        self.cycle_errors = {}
-
-    @property
-    def unsupported(self) -> dict[str, str]:
-        """Functions this device never answers, with the reason."""
-        return dict(self._unsupported)
 
     def call(
         self,

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from ..base import ErrorTally
+from ..base import CallErrors, ErrorTally
 from . import proto
 
 PORTS_ENV = "TPU_RUNTIME_METRICS_PORTS"
@@ -53,7 +53,7 @@ def status_kind(code: grpc.StatusCode) -> str:
     return code.name.lower()
 
 
-class RuntimeCalls:
+class RuntimeCalls(CallErrors):
     """Calls to the runtime metric service, remembering what it does not serve.
 
     `begin_cycle()` clears the previous cycle's errors. One thread at a time uses it.
@@ -62,21 +62,10 @@ class RuntimeCalls:
     def __init__(self, ports: Sequence[int], tally: ErrorTally,
                  timeout_s: float = CALL_TIMEOUT_S) -> None:
         self.ports = list(ports)
-        self._tally = tally
+        super().__init__(tally)
         self._timeout_s = timeout_s
         self._channels: dict[int, grpc.Channel] = {}
         self._current = 0  # index into ports of the port that answered last
-        self._unsupported: dict[str, str] = {}
-        self.cycle_errors: dict[str, str] = {}
-
-    def begin_cycle(self) -> None:
-        """Start a new sampling cycle with no errors recorded."""
-        self.cycle_errors = {}
-
-    @property
-    def unsupported(self) -> dict[str, str]:
-        """Metrics this libtpu does not serve, with the reason."""
-        return dict(self._unsupported)
 
     def metric(self, name: str) -> Sequence[Any] | None:
         """The ``Metric`` entries libtpu has for metric `name`; None when it is absent.
