@@ -263,7 +263,7 @@ class SimulatedHardware:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _saved_scenario(self) -> dict[str, Any]:
-        saved = self.state_path.parent / SCENARIO_FILE_NAME
+        saved = self.scenario_path
         if saved.is_file():
             return json.loads(saved.read_text(encoding="utf-8"))["scenario"]
         return self.scenario
@@ -293,7 +293,7 @@ class SimulatedHardware:
         """Atomically replaces the state file and the saved scenario (temporary file + rename)."""
         saved = json.dumps({"epoch": self._epoch, "scenario": expanded})
         with self._lock:
-            _replace(self.state_path.parent / SCENARIO_FILE_NAME, saved)
+            _replace(self.scenario_path, saved)
             # The library notices changes by inode/size/mtime; a recycled inode
             # of the same size must still differ, so mtimes strictly increase,
             # also across the processes that write this state.
