@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import abc
 import threading
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from ..model import Device, DeviceSample
+from ..model import Device, DeviceSample, Link, ProcessSample, Reading
 
 
 class BackendUnavailable(RuntimeError):
@@ -44,6 +46,48 @@ class CallErrors:
     def unsupported(self) -> dict[str, str]:
         """Calls this device never answers, with the reason."""
         return dict(self._unsupported)
+
+
+@dataclass(frozen=True)
+class DeviceReads:
+    """What one cycle read from a device that answered."""
+
+    readings: tuple[Reading, ...] = ()
+    links: tuple[Link, ...] = ()
+    processes: tuple[ProcessSample, ...] = ()
+
+
+def sample_through_handle(
+    device: Device, handle: Any, calls: CallErrors, read: Callable[[], DeviceReads]
+) -> DeviceSample:
+    """One cycle's sample of a device read through a vendor handle by `read`.
+
+    The device is down when it has no handle (lost before discovery) or when
+    `read` raises DeviceDown; otherwise the sample carries what `read` returned
+    and the calls that failed, for good or this cycle.
+    """
+    started = time.monotonic()
+    taken_at = time.time()
+    if handle is None:
+        return DeviceSample(device=device, up=False, taken_at=taken_at,
+                            errors=dict(calls.cycle_errors))
+    calls.begin_cycle()
+    try:
+        reads = read()
+    except DeviceDown as down:
+        return DeviceSample(device=device, up=False, taken_at=taken_at,
+                            duration_s=time.monotonic() - started,
+                            errors={down.function: down.kind})
+    return DeviceSample(
+        device=device,
+        up=True,
+        taken_at=taken_at,
+        duration_s=time.monotonic() - started,
+        readings=reads.readings,
+        processes=reads.processes,
+        links=reads.links,
+        errors={**calls.unsupported, **calls.cycle_errors},
+    )
 
 
 class ErrorTally:

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from types import ModuleType
 from typing import Any
 
 from ...model import Device, DeviceSample, Link, Reading
-from ..base import Backend, BackendUnavailable
+from ..base import Backend, BackendUnavailable, DeviceReads, sample_through_handle
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number
 from .interconnect import bus_key, read_xgmi
 from .library import load_amdsmi
@@ -100,7 +100,8 @@ class AmdBackend(Backend):
     def sample(self, device: Device) -> DeviceSample:
         tracked = self._tracked[device.uuid]
         with tracked.lock:
-            return self._sample(tracked)
+            return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
+                                         partial(self._read, tracked))
 
     def close(self) -> None:
         library, self._library = self._library, None
@@ -110,38 +111,17 @@ class AmdBackend(Backend):
 
     # -- sampling --------------------------------------------------------------
 
-    def _sample(self, tracked: _Tracked) -> DeviceSample:
-        started = time.monotonic()
-        taken_at = time.time()
+    def _read(self, tracked: _Tracked) -> DeviceReads:
         calls, handle = tracked.calls, tracked.handle
-        if handle is None:
-            return DeviceSample(device=tracked.device, up=False, taken_at=taken_at,
-                                errors=dict(calls.cycle_errors))
-        calls.begin_cycle()
         readings: list[Reading] = []
         links: tuple[Link, ...] = ()
-        try:
-            for probe in PARTITION_PROBES:
+        for probe in PARTITION_PROBES:
+            readings.extend(probe(calls, handle))
+        if tracked.board:
+            for probe in BOARD_PROBES:
                 readings.extend(probe(calls, handle))
-            if tracked.board:
-                for probe in BOARD_PROBES:
-                    readings.extend(probe(calls, handle))
-                links = read_xgmi(calls, handle, self._uuid_by_bus)
-            procs = processes(calls, handle, tracked.engines)
-        except DeviceDown as down:
-            return DeviceSample(device=tracked.device, up=False, taken_at=taken_at,
-                                duration_s=time.monotonic() - started,
-                                errors={down.function: down.kind})
-        return DeviceSample(
-            device=tracked.device,
-            up=True,
-            taken_at=taken_at,
-            duration_s=time.monotonic() - started,
-            readings=tuple(readings),
-            processes=procs,
-            links=links,
-            errors={**calls.unsupported, **calls.cycle_errors},
-        )
+            links = read_xgmi(calls, handle, self._uuid_by_bus)
+        return DeviceReads(tuple(readings), links, processes(calls, handle, tracked.engines))
 
     # -- discovery -------------------------------------------------------------
 

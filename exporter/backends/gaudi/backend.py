@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import ModuleType
 from typing import Any
 
 from ...model import Device, DeviceSample, Reading
 from ...nics import nearest_nics
-from ..base import Backend, BackendUnavailable
+from ..base import Backend, BackendUnavailable, DeviceReads, sample_through_handle
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number, text
 from .library import load_pyhlml, start_hlml
 from .nic import Port, ports_of, read_ports
@@ -80,7 +80,8 @@ class GaudiBackend(Backend):
     def sample(self, device: Device) -> DeviceSample:
         tracked = self._tracked[device.uuid]
         with tracked.lock:
-            return self._sample(tracked)
+            return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
+                                         partial(self._read, tracked))
 
     def close(self) -> None:
         library, self._library = self._library, None
@@ -90,32 +91,13 @@ class GaudiBackend(Backend):
 
     # -- sampling --------------------------------------------------------------
 
-    def _sample(self, tracked: _Tracked) -> DeviceSample:
-        started = time.monotonic()
-        taken_at = time.time()
-        calls, handle = tracked.calls, tracked.handle
-        if handle is None:
-            return DeviceSample(device=tracked.device, up=False, taken_at=taken_at,
-                                errors=dict(calls.cycle_errors))
-        calls.begin_cycle()
+    @staticmethod
+    def _read(tracked: _Tracked) -> DeviceReads:
         readings: list[Reading] = []
-        try:
-            for probe in PROBES:
-                readings.extend(probe(calls, handle))
-            links = read_ports(calls, handle, tracked.ports)
-        except DeviceDown as down:
-            return DeviceSample(device=tracked.device, up=False, taken_at=taken_at,
-                                duration_s=time.monotonic() - started,
-                                errors={down.function: down.kind})
-        return DeviceSample(
-            device=tracked.device,
-            up=True,
-            taken_at=taken_at,
-            duration_s=time.monotonic() - started,
-            readings=tuple(readings),
-            links=links,
-            errors={**calls.unsupported, **calls.cycle_errors},
-        )
+        for probe in PROBES:
+            readings.extend(probe(tracked.calls, tracked.handle))
+        links = read_ports(tracked.calls, tracked.handle, tracked.ports)
+        return DeviceReads(tuple(readings), links)
 
     # -- discovery -------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import pynvml
@@ -18,7 +19,7 @@ import pynvml
 from ... import catalog as m
 from ...model import Device, DeviceSample, Link, Reading, labels_of
 from ...nics import nearest_nics
-from ..base import Backend, BackendUnavailable
+from ..base import Backend, BackendUnavailable, DeviceReads, sample_through_handle
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown
 from .interconnect import LinkLayout, discover_nvlinks, pcie_max_readings, read_links
 from .probes import DEVICE_PROBES, DeviceState, processes
@@ -87,7 +88,8 @@ class NvidiaBackend(Backend):
     def sample(self, device: Device) -> DeviceSample:
         tracked = self._tracked[device.uuid]
         with tracked.lock:
-            return self._sample(tracked)
+            return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
+                                         partial(self._read, tracked))
 
     def close(self) -> None:
         if self._xid is not None:
@@ -98,39 +100,18 @@ class NvidiaBackend(Backend):
                 pynvml.nvmlShutdown()
             self._initialised = False
 
-    def _sample(self, tracked: _Tracked) -> DeviceSample:
-        started = time.monotonic()
-        taken_at = time.time()
+    def _read(self, tracked: _Tracked) -> DeviceReads:
         calls, handle, state = tracked.calls, tracked.handle, tracked.state
-        if handle is None:
-            return DeviceSample(device=tracked.device, up=False, taken_at=taken_at,
-                                errors=dict(calls.cycle_errors))
-        calls.begin_cycle()
         readings: list[Reading] = []
-        try:
-            for probe in DEVICE_PROBES:
-                readings.extend(probe(calls, handle, state))
-            links: tuple[Link, ...] = ()
-            if tracked.links is not None:
-                links, pcie = read_links(calls, handle, tracked.links)
-                readings.extend(pcie)
-            procs = processes(calls, handle, state)
-        except DeviceDown as down:
-            return DeviceSample(
-                device=tracked.device, up=False, taken_at=taken_at,
-                duration_s=time.monotonic() - started, errors={down.function: down.kind},
-            )
+        for probe in DEVICE_PROBES:
+            readings.extend(probe(calls, handle, state))
+        links: tuple[Link, ...] = ()
+        if tracked.links is not None:
+            links, pcie = read_links(calls, handle, tracked.links)
+            readings.extend(pcie)
+        procs = processes(calls, handle, state)
         readings.extend(self._xid_readings(tracked.device.uuid))
-        return DeviceSample(
-            device=tracked.device,
-            up=True,
-            taken_at=taken_at,
-            duration_s=time.monotonic() - started,
-            readings=tuple(readings),
-            processes=procs,
-            links=links,
-            errors={**calls.unsupported, **calls.cycle_errors},
-        )
+        return DeviceReads(tuple(readings), links, procs)
 
     def _xid_readings(self, uuid: str) -> list[Reading]:
         if self._xid is None or uuid not in self._xid.watched:
