@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ..backends.tpu import proto
-from ..backends.tpu.chips import DEV_DIR_ENV, GOOGLE_PCI_VENDOR, SYSFS_DIR_ENV
+from ..backends.tpu.chips import DEV_DIR_ENV, GOOGLE_PCI_VENDOR, SYSFS_DIR_ENV, find_chips
 from ..backends.tpu.device_plugin import ADDRESS_ENV
 from ..backends.tpu.runtime import PORTS_ENV
 from .signals import counter_at, value_at
@@ -49,6 +49,8 @@ LATENCY_METRICS: dict[str, str] = {
     "host_to_device": proto.HOST_TO_DEVICE,
     "device_to_host": proto.DEVICE_TO_HOST,
 }
+# Device files opened by `open_chips`, held until the process exits (as libtpu holds them).
+_HELD_CHIP_FILES: list[int] = []
 # The bucket layout the fake reports: exponential, 1 us doubling, 24 finite buckets.
 BUCKET_SCALE_US, BUCKET_GROWTH, FINITE_BUCKETS = 1.0, 2.0, 24
 TAIL_SHARE = 0.1  # observations one bucket above the latency, for a visible tail
@@ -339,3 +341,20 @@ class TpuFake:
 def start(hardware: SimulatedHardware) -> TpuFake:
     """Starts the fake TPU host of `hardware`'s scenario."""
     return TpuFake(hardware)
+
+
+def open_chips() -> list[str]:
+    """Opens this process's visible simulated TPU chips, as libtpu does; returns their files.
+
+    The chips come from TPU_VISIBLE_CHIPS (which Ray sets for a worker holding
+    ``TPU``); with it unset, every chip is opened. The files stay open until the
+    process exits, so the TPU backend lists this process on those chips.
+    """
+    chips = find_chips()
+    visible = os.environ.get("TPU_VISIBLE_CHIPS")
+    if visible is not None:
+        wanted = {int(e) for e in visible.split(",") if e.strip().isdigit()}
+        chips = [c for c in chips if c.index in wanted]
+    for chip in chips:
+        _HELD_CHIP_FILES.append(os.open(chip.path, os.O_RDONLY))
+    return [c.path for c in chips]
