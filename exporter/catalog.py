@@ -306,7 +306,7 @@ CATALOG: tuple[MetricSpec, ...] = (
           "version", "interval_seconds", "scenario", scope=Scope.AGENT),
     _info(NODE_PLACEMENT,
           "Where the node sits: cloud zone and region, rack, TPU slice and NVLink domain, from "
-          "Ray node labels, the environment and the NVLink fabric.",
+          "Ray node labels, the environment and the devices (NVLink fabric, TPU slice name).",
           "zone", "region", "rack", "slice", "nvlink_domain", scope=Scope.AGENT),
     _gauge(ATTRIBUTION_UP, "",
            "1 when the given Ray source (discovery, raylet, state_api) answered the last "

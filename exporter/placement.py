@@ -2,8 +2,9 @@
 
 Taken, first found wins, from the Ray node's labels (Ray's own `ray.io/*` keys,
 then plain keys users give with `ray start --labels`, then Kubernetes'
-well-known topology keys), from the environment the agent runs in, and for
-the NVLink domain from the devices' fabric information.
+well-known topology keys), from the environment the agent runs in, and last
+from the devices' own facts: the NVLink domain from their fabric information,
+the slice from the TPU chips' slice name (GKE's TPU_NAME).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ _ENVIRONMENT_KEYS: dict[str, tuple[str, ...]] = {
     "nvlink_domain": ("RAY_ACCEL_NVLINK_DOMAIN",),
 }
 
+# placement key -> the device fact that tells it, when no label or variable does
+_DEVICE_FACTS: dict[str, str] = {"slice": "tpu_slice_name", "nvlink_domain": "nvlink_domain"}
+
 
 def _first(keys: Iterable[str], source: Mapping[str, str]) -> str:
     return next((source[key] for key in keys if source.get(key)), "")
@@ -43,7 +47,8 @@ def node_placement(ray_labels: Mapping[str, str], devices: Iterable[Device],
         key: _first(_LABEL_KEYS[key], ray_labels) or _first(_ENVIRONMENT_KEYS[key], environ)
         for key in PLACEMENT_KEYS
     }
-    if not placement["nvlink_domain"]:
-        domains = {d.facts.get("nvlink_domain", "") for d in devices} - {""}
-        placement["nvlink_domain"] = ",".join(sorted(domains))
+    devices = list(devices)
+    for key, fact in _DEVICE_FACTS.items():
+        if not placement[key]:
+            placement[key] = ",".join(sorted({d.facts.get(fact, "") for d in devices} - {""}))
     return placement

@@ -196,3 +196,12 @@ def test_placement_prefers_ray_labels_then_environment_then_fabric():
     assert placement == {"zone": "us-central1-a", "region": "us-central1", "rack": "r12",
                          "slice": "", "nvlink_domain": "c1/1"}
     assert node_placement({}, [], environ={})["nvlink_domain"] == ""
+
+
+def test_tpu_chips_name_the_slice_when_no_label_or_variable_does():
+    chips = [Device("google", str(i), f"tpu-{i}", "TPU v5 lite",
+                    facts={"tpu_slice_name": "slice-a", "tpu_worker_id": "1"}) for i in range(2)]
+    assert node_placement({}, chips, environ={})["slice"] == "slice-a"
+    labelled = node_placement({"ray.io/tpu-slice-name": "from-ray"}, chips, environ={})
+    assert labelled["slice"] == "from-ray"
+    assert node_placement({}, chips, environ={"RAY_ACCEL_SLICE": "from-env"})["slice"] == "from-env"
