@@ -13,26 +13,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..backends.amd.status import AMDSMI_STATUS
-from .scenario import (
-    _PLAIN_UUID,
-    ScenarioError,
-    _boolean,
-    _check_keys_with,
-    _check_pcie_link,
-    _enum,
-    _fail,
-    _int_check,
-    _integer,
-    _keys,
-    _list,
-    _mapping,
-    _number,
-    _signal_check,
-    _str_check,
-    _string,
-    check_counter,
-    normalize_pci_bus_id,
-)
+from . import checks
+from .checks import ScenarioError
+from .scenario import check_pcie_link
 
 AMD = "amd"
 NVIDIA = "nvidia"
@@ -95,138 +78,140 @@ def vendor_of(device: Mapping[str, Any]) -> str:
 def check_vendor(value: Any, path: str, expected: str | None = None) -> str:
     """A device's ``vendor`` key: one of VENDORS, or exactly `expected` when given."""
     if value not in VENDORS:
-        raise _fail(path, f'expected "nvidia" or "amd", got {value!r}')
+        raise checks.fail(path, f'expected "nvidia" or "amd", got {value!r}')
     if expected is not None and value != expected:
-        raise _fail(path, f"must be {expected!r} here (AMD defaults go in amd_device_defaults)")
+        raise checks.fail(path,
+                          f"must be {expected!r} here (AMD defaults go in amd_device_defaults)")
     return value
 
 
 def _check_processes(value: Any, path: str) -> None:
-    for i, proc in enumerate(_list(value, path)):
+    for i, proc in enumerate(checks.sequence(value, path)):
         where = f"{path}[{i}]"
-        _keys(_mapping(proc, where), where,
-              ("pid", "name", "used_memory_bytes", "gtt_bytes", "cpu_bytes", "gfx_percent",
-               "enc_percent", "while_alive"), required=("pid",))
-        _integer(proc["pid"], f"{where}.pid", lo=1, hi=2**32 - 1)
+        checks.keys(checks.mapping(proc, where), where,
+                    ("pid", "name", "used_memory_bytes", "gtt_bytes", "cpu_bytes", "gfx_percent",
+                     "enc_percent", "while_alive"), required=("pid",))
+        checks.integer(proc["pid"], f"{where}.pid", lo=1, hi=2**32 - 1)
         if "name" in proc:
-            _string(proc["name"], f"{where}.name", 31)
+            checks.string(proc["name"], f"{where}.name", 31)
         for key in ("used_memory_bytes", "gtt_bytes", "cpu_bytes"):
-            _integer(proc.get(key, 0), f"{where}.{key}")
+            checks.integer(proc.get(key, 0), f"{where}.{key}")
         for key in ("gfx_percent", "enc_percent"):
-            _integer(proc.get(key, 0), f"{where}.{key}", hi=100)
-        _boolean(proc.get("while_alive", False), f"{where}.while_alive")
+            checks.integer(proc.get(key, 0), f"{where}.{key}", hi=100)
+        checks.boolean(proc.get("while_alive", False), f"{where}.while_alive")
 
 
 def _check_throttle(value: Any, path: str) -> None:
-    throttle = _mapping(value, path)
-    _keys(throttle, path, VIOLATIONS)
-    percent = _signal_check(0, 100)
+    throttle = checks.mapping(value, path)
+    checks.keys(throttle, path, VIOLATIONS)
+    percent = checks.signal_check(0, 100)
     for key, signal in throttle.items():
         percent(signal, f"{path}.{key}")
 
 
 def _check_xgmi_links(value: Any, path: str) -> None:
-    for i, link in enumerate(_list(value, path, MAX_XGMI_LINKS)):
+    for i, link in enumerate(checks.sequence(value, path, MAX_XGMI_LINKS)):
         where = f"{path}[{i}]"
-        _keys(_mapping(link, where), where,
-              ("remote_pci_bus_id", "state", "bit_rate_gbps", "max_bandwidth_gbps", "read_kb",
-               "write_kb"), required=("remote_pci_bus_id",))
-        normalize_pci_bus_id(link["remote_pci_bus_id"], f"{where}.remote_pci_bus_id")
-        _boolean(link.get("state", True), f"{where}.state")
+        checks.keys(checks.mapping(link, where), where,
+                    ("remote_pci_bus_id", "state", "bit_rate_gbps", "max_bandwidth_gbps", "read_kb",
+                     "write_kb"), required=("remote_pci_bus_id",))
+        checks.normalize_pci_bus_id(link["remote_pci_bus_id"], f"{where}.remote_pci_bus_id")
+        checks.boolean(link.get("state", True), f"{where}.state")
         for key in ("bit_rate_gbps", "max_bandwidth_gbps"):
-            _integer(link.get(key, 0), f"{where}.{key}", hi=2**32 - 1)
+            checks.integer(link.get(key, 0), f"{where}.{key}", hi=2**32 - 1)
         for key in ("read_kb", "write_kb"):
-            check_counter(link.get(key, 0), f"{where}.{key}")
+            checks.counter(link.get(key, 0), f"{where}.{key}")
 
 
 def _uuid(value: Any, path: str) -> None:
     """amdsmi's UUID form: 8-4-4-4-12 hex digits, no prefix."""
-    _string(value, path, 37)
-    if not _PLAIN_UUID.match(value):
-        raise _fail(path, "expected a UUID (8-4-4-4-12 hex digits, as amdsmi prints it)")
+    checks.string(value, path, 37)
+    if not checks.PLAIN_UUID.match(value):
+        raise checks.fail(path, "expected a UUID (8-4-4-4-12 hex digits, as amdsmi prints it)")
 
 
 def _partition_enum(names: Mapping[str, int], what: str) -> Callable[[Any, str], None]:
     def check(value: Any, path: str) -> None:
         if not isinstance(value, str):
-            raise _fail(path, f"expected a {what} name: one of {', '.join(names)}")
-        _enum(value, path, names, what)
+            raise checks.fail(path, f"expected a {what} name: one of {', '.join(names)}")
+        checks.enum(value, path, names, what)
 
     return check
 
 
 _PARTITION_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "uuid": _uuid,
-    "vram_total_mb": _int_check(hi=2**32 - 1),
-    "vram_used_mb": _signal_check(),
-    "gfx_activity_percent": _signal_check(0, 100),
-    "umc_activity_percent": _signal_check(0, 100),
+    "vram_total_mb": checks.int_check(hi=2**32 - 1),
+    "vram_used_mb": checks.signal_check(),
+    "gfx_activity_percent": checks.signal_check(0, 100),
+    "umc_activity_percent": checks.signal_check(0, 100),
     "processes": _check_processes,
 }
 
 
 def _check_partitions(value: Any, path: str) -> None:
-    for i, partition in enumerate(_list(value, path, MAX_PARTITIONS)):
+    for i, partition in enumerate(checks.sequence(value, path, MAX_PARTITIONS)):
         where = f"{path}[{i}]"
-        _check_keys_with(_mapping(partition, where), where, _PARTITION_CHECKS)
-        _keys(partition, where, tuple(_PARTITION_CHECKS), required=("uuid",))
+        checks.keys_with(checks.mapping(partition, where), where, _PARTITION_CHECKS)
+        checks.keys(partition, where, tuple(_PARTITION_CHECKS), required=("uuid",))
 
 
 AMD_DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "vendor": lambda v, p: check_vendor(v, p, AMD),
-    "name": _str_check(255),
+    "name": checks.str_check(255),
     "uuid": _uuid,
-    "serial": _str_check(31),
-    "pci_bus_id": normalize_pci_bus_id,
-    "device_id": _int_check(hi=0xFFFF),
-    "rev_id": _int_check(hi=0xFF),
-    "target_graphics_version": _str_check(31),
-    "num_compute_units": _int_check(hi=2**32 - 2),
-    "oam_id": _int_check(hi=2**32 - 2),
-    "driver_version": _str_check(79),
-    "vram_total_mb": _int_check(hi=2**32 - 1),
-    "vram_used_mb": _signal_check(),
-    "vram_type": _str_check(31),
-    "vram_vendor": _str_check(31),
-    "gfx_activity_percent": _signal_check(0, 100),
-    "umc_activity_percent": _signal_check(0, 100),
-    "mm_activity_percent": _signal_check(0, 100),
-    "socket_power_w": _signal_check(0, 0xFFFE),
-    "power_cap_w": _int_check(hi=0xFFFE),
-    "energy_start_uj": _int_check(),
-    "energy_resolution_uj": lambda v, p: _number(v, p, lo=1e-6),
-    "temperature_edge_c": _signal_check(),
-    "temperature_hotspot_c": _signal_check(),
-    "temperature_vram_c": _signal_check(),
-    "clock_gfx_mhz": _signal_check(0, 0xFFFE),
-    "clock_mem_mhz": _signal_check(0, 0xFFFE),
-    "min_clock_gfx_mhz": _int_check(hi=0xFFFE),
-    "max_clock_gfx_mhz": _int_check(hi=0xFFFE),
-    "min_clock_mem_mhz": _int_check(hi=0xFFFE),
-    "max_clock_mem_mhz": _int_check(hi=0xFFFE),
+    "serial": checks.str_check(31),
+    "pci_bus_id": checks.normalize_pci_bus_id,
+    "device_id": checks.int_check(hi=0xFFFF),
+    "rev_id": checks.int_check(hi=0xFF),
+    "target_graphics_version": checks.str_check(31),
+    "num_compute_units": checks.int_check(hi=2**32 - 2),
+    "oam_id": checks.int_check(hi=2**32 - 2),
+    "driver_version": checks.str_check(79),
+    "vram_total_mb": checks.int_check(hi=2**32 - 1),
+    "vram_used_mb": checks.signal_check(),
+    "vram_type": checks.str_check(31),
+    "vram_vendor": checks.str_check(31),
+    "gfx_activity_percent": checks.signal_check(0, 100),
+    "umc_activity_percent": checks.signal_check(0, 100),
+    "mm_activity_percent": checks.signal_check(0, 100),
+    "socket_power_w": checks.signal_check(0, 0xFFFE),
+    "power_cap_w": checks.int_check(hi=0xFFFE),
+    "energy_start_uj": checks.int_check(),
+    "energy_resolution_uj": lambda v, p: checks.number(v, p, lo=1e-6),
+    "temperature_edge_c": checks.signal_check(),
+    "temperature_hotspot_c": checks.signal_check(),
+    "temperature_vram_c": checks.signal_check(),
+    "clock_gfx_mhz": checks.signal_check(0, 0xFFFE),
+    "clock_mem_mhz": checks.signal_check(0, 0xFFFE),
+    "min_clock_gfx_mhz": checks.int_check(hi=0xFFFE),
+    "max_clock_gfx_mhz": checks.int_check(hi=0xFFFE),
+    "min_clock_mem_mhz": checks.int_check(hi=0xFFFE),
+    "max_clock_mem_mhz": checks.int_check(hi=0xFFFE),
     "throttle_percent": _check_throttle,
-    "ecc_correctable": check_counter,
-    "ecc_uncorrectable": check_counter,
-    "ecc_deferred": check_counter,
-    "pcie_link": _check_pcie_link,
-    "pcie_bandwidth_mbps": _signal_check(),
-    "pcie_replay": check_counter,
+    "ecc_correctable": checks.counter,
+    "ecc_uncorrectable": checks.counter,
+    "ecc_deferred": checks.counter,
+    "pcie_link": check_pcie_link,
+    "pcie_bandwidth_mbps": checks.signal_check(),
+    "pcie_replay": checks.counter,
     "xgmi_links": _check_xgmi_links,
-    "numa_node": _int_check(hi=1024),
+    "numa_node": checks.int_check(hi=1024),
     "compute_partition": _partition_enum(COMPUTE_PARTITIONS, "compute partition"),
     "memory_partition": _partition_enum(MEMORY_PARTITIONS, "memory partition"),
     "partitions": _check_partitions,
     "processes": _check_processes,
-    "lost_at_s": lambda v, p: _number(v, p, lo=0),
+    "lost_at_s": lambda v, p: checks.number(v, p, lo=0),
 }
 AMD_DEVICE_KEYS = tuple(AMD_DEVICE_CHECKS)
 
 
 def check_amd_device(device: Mapping[str, Any], path: str) -> None:
     """Checks one (merged) AMD device; raises ScenarioError naming the offending key."""
-    _check_keys_with(device, path, AMD_DEVICE_CHECKS)
+    checks.keys_with(device, path, AMD_DEVICE_CHECKS)
     if device.get("partitions") and device.get("compute_partition") is None:
-        raise _fail(f"{path}.partitions", "needs compute_partition (e.g. \"CPX\") on the device")
+        raise checks.fail(f"{path}.partitions",
+                          "needs compute_partition (e.g. \"CPX\") on the device")
 
 
 def check_amd_top_level(top: Mapping[str, Any]) -> dict[str, Any]:
@@ -234,14 +219,14 @@ def check_amd_top_level(top: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     version = top.get("amdsmi_version")
     if version is not None:
-        if not _VERSION.match(_string(version, "amdsmi_version", 40)):
-            raise _fail("amdsmi_version", f'expected "major.minor.release", got {version!r}')
+        if not _VERSION.match(checks.string(version, "amdsmi_version", 40)):
+            raise checks.fail("amdsmi_version", f'expected "major.minor.release", got {version!r}')
         out["amdsmi_version"] = version
     failure = top.get("amdsmi_import_error")
     if failure is not None:
         if failure not in IMPORT_ERRORS:
-            raise _fail("amdsmi_import_error", f"expected one of {', '.join(IMPORT_ERRORS)}, "
-                                               f"got {failure!r}")
+            raise checks.fail("amdsmi_import_error", f"expected one of {', '.join(IMPORT_ERRORS)}, "
+                                                     f"got {failure!r}")
         out["amdsmi_import_error"] = failure
     return out
 
@@ -254,7 +239,7 @@ def is_amd_function(name: str) -> bool:
 def check_amd_function(name: str, path: str) -> str:
     """An amdsmi function name in an error or delay rule."""
     if name != AMD_WILDCARD and name not in AMDSMI_FUNCTIONS:
-        raise _fail(path, f'unknown amdsmi function {name!r} (not simulated; '
+        raise checks.fail(path, f'unknown amdsmi function {name!r} (not simulated; '
                           f'"{AMD_WILDCARD}" matches any)')
     return name
 
@@ -265,8 +250,8 @@ def amd_error_code(value: Any, path: str) -> int:
         name = value.upper().removeprefix("AMDSMI_STATUS_")
         if name in AMDSMI_STATUS:
             return AMDSMI_STATUS[name]
-        raise _fail(path, f"unknown amdsmi status {value!r} (e.g. NOT_SUPPORTED, NOT_FOUND)")
-    return _integer(value, path, lo=1, hi=2**32 - 1)
+        raise checks.fail(path, f"unknown amdsmi status {value!r} (e.g. NOT_SUPPORTED, NOT_FOUND)")
+    return checks.integer(value, path, lo=1, hi=2**32 - 1)
 
 
 __all__ = [

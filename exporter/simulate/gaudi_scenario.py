@@ -13,23 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..backends.gaudi.status import HLML_RETURN
-from .scenario import (
-    ScenarioError,
-    _boolean,
-    _check_keys_with,
-    _fail,
-    _int_check,
-    _integer,
-    _keys,
-    _list,
-    _mapping,
-    _number,
-    _signal_check,
-    _str_check,
-    _string,
-    check_counter,
-    normalize_pci_bus_id,
-)
+from . import checks
+from .checks import ScenarioError
 
 MAX_DEVICES = 64
 MAX_PORTS = 128  # two 64-bit port masks (HLML_DEFINES.PORTS_ARR_SIZE)
@@ -90,32 +75,32 @@ _SECTION_KEYS = ("driver_version", "hlml_version", "nic_driver_version", "import
 
 
 def _check_nic(value: Any, path: str) -> None:
-    nic = _mapping(value, path)
-    _keys(nic, path, ("ports", "external", "down", "tx_bytes", "rx_bytes"))
-    ports = _integer(nic.get("ports", 0), f"{path}.ports", hi=MAX_PORTS)
+    nic = checks.mapping(value, path)
+    checks.keys(nic, path, ("ports", "external", "down", "tx_bytes", "rx_bytes"))
+    ports = checks.integer(nic.get("ports", 0), f"{path}.ports", hi=MAX_PORTS)
     for key in ("external", "down"):
-        for i, port in enumerate(_list(nic.get(key, []), f"{path}.{key}", MAX_PORTS)):
-            _integer(port, f"{path}.{key}[{i}]", hi=max(ports - 1, 0))
+        for i, port in enumerate(checks.sequence(nic.get(key, []), f"{path}.{key}", MAX_PORTS)):
+            checks.integer(port, f"{path}.{key}[{i}]", hi=max(ports - 1, 0))
             if port >= ports:
-                raise _fail(f"{path}.{key}[{i}]", f"no port {port} (the device has {ports})")
+                raise checks.fail(f"{path}.{key}[{i}]", f"no port {port} (the device has {ports})")
     for key in ("tx_bytes", "rx_bytes"):
-        check_counter(nic.get(key, 0), f"{path}.{key}")
+        checks.counter(nic.get(key, 0), f"{path}.{key}")
 
 
 def _check_pcie_link(value: Any, path: str) -> None:
-    link = _mapping(value, path)
-    _keys(link, path, ("gen", "width"))
-    _integer(link.get("gen", 0), f"{path}.gen", hi=6)
-    _integer(link.get("width", 0), f"{path}.width", hi=32)
+    link = checks.mapping(value, path)
+    checks.keys(link, path, ("gen", "width"))
+    checks.integer(link.get("gen", 0), f"{path}.gen", hi=6)
+    checks.integer(link.get("width", 0), f"{path}.width", hi=32)
 
 
 def _check_named_signals(names: Sequence[str], lo: float = 0, hi: float | None = None
                          ) -> Callable[[Any, str], None]:
-    signal = _signal_check(lo, hi)
+    signal = checks.signal_check(lo, hi)
 
     def check(value: Any, path: str) -> None:
-        values = _mapping(value, path)
-        _keys(values, path, names)
+        values = checks.mapping(value, path)
+        checks.keys(values, path, names)
         for key, item in values.items():
             signal(item, f"{path}.{key}")
 
@@ -124,48 +109,48 @@ def _check_named_signals(names: Sequence[str], lo: float = 0, hi: float | None =
 
 def _check_named_ints(names: Sequence[str], hi: int) -> Callable[[Any, str], None]:
     def check(value: Any, path: str) -> None:
-        values = _mapping(value, path)
-        _keys(values, path, names)
+        values = checks.mapping(value, path)
+        checks.keys(values, path, names)
         for key, item in values.items():
-            _integer(item, f"{path}.{key}", hi=hi)
+            checks.integer(item, f"{path}.{key}", hi=hi)
 
     return check
 
 
 DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
-    "name": _str_check(31),  # HL_FIELD_MAX_SIZE - 1
-    "uuid": _str_check(127),  # VERSION_MAX_LEN - 1
-    "serial": _str_check(31),
-    "pci_bus_id": normalize_pci_bus_id,
-    "pci_device_id": _int_check(hi=0xFFFF),
-    "module_id": _int_check(hi=2**32 - 1),
-    "board_id": _int_check(hi=2**32 - 1),
-    "minor_number": _int_check(hi=2**32 - 1),
-    "hl_revision": _int_check(hi=2**31 - 1),
-    "utilization_percent": _signal_check(0, 100),
-    "memory_utilization_percent": _signal_check(0, 100),
-    "memory_total_bytes": _int_check(hi=2**64 - 1),
-    "memory_used_bytes": _signal_check(),
-    "power_mw": _signal_check(0, 2**32 - 1),
-    "power_limit_mw": _int_check(hi=2**32 - 1),
-    "power_default_limit_mw": _int_check(hi=2**32 - 1),
-    "energy_mj": check_counter,
+    "name": checks.str_check(31),  # HL_FIELD_MAX_SIZE - 1
+    "uuid": checks.str_check(127),  # VERSION_MAX_LEN - 1
+    "serial": checks.str_check(31),
+    "pci_bus_id": checks.normalize_pci_bus_id,
+    "pci_device_id": checks.int_check(hi=0xFFFF),
+    "module_id": checks.int_check(hi=2**32 - 1),
+    "board_id": checks.int_check(hi=2**32 - 1),
+    "minor_number": checks.int_check(hi=2**32 - 1),
+    "hl_revision": checks.int_check(hi=2**31 - 1),
+    "utilization_percent": checks.signal_check(0, 100),
+    "memory_utilization_percent": checks.signal_check(0, 100),
+    "memory_total_bytes": checks.int_check(hi=2**64 - 1),
+    "memory_used_bytes": checks.signal_check(),
+    "power_mw": checks.signal_check(0, 2**32 - 1),
+    "power_limit_mw": checks.int_check(hi=2**32 - 1),
+    "power_default_limit_mw": checks.int_check(hi=2**32 - 1),
+    "energy_mj": checks.counter,
     "temperatures_c": _check_named_signals(TEMPERATURES),
     "clocks_mhz": _check_named_signals(CLOCKS, hi=2**32 - 1),
     "max_clocks_mhz": _check_named_ints(CLOCKS, hi=2**32 - 1),
     "throttle": _check_named_signals(THROTTLE_REASONS, hi=1),
-    "performance_state": _int_check(hi=15),
-    "ecc_corrected": check_counter,
-    "ecc_uncorrected": check_counter,
+    "performance_state": checks.int_check(hi=15),
+    "ecc_corrected": checks.counter,
+    "ecc_uncorrected": checks.counter,
     "pcie_link": _check_pcie_link,
-    "pcie_tx_bytes_per_s": _signal_check(0, 2**32 - 1),
-    "pcie_rx_bytes_per_s": _signal_check(0, 2**32 - 1),
-    "pcie_replay": check_counter,
-    "replaced_rows_sbe": _int_check(hi=2**32 - 1),
-    "replaced_rows_dbe": _int_check(hi=2**32 - 1),
-    "replaced_rows_pending": _boolean,
+    "pcie_tx_bytes_per_s": checks.signal_check(0, 2**32 - 1),
+    "pcie_rx_bytes_per_s": checks.signal_check(0, 2**32 - 1),
+    "pcie_replay": checks.counter,
+    "replaced_rows_sbe": checks.int_check(hi=2**32 - 1),
+    "replaced_rows_dbe": checks.int_check(hi=2**32 - 1),
+    "replaced_rows_pending": checks.boolean,
     "nic": _check_nic,
-    "lost_at_s": lambda v, p: _number(v, p, lo=0),
+    "lost_at_s": lambda v, p: checks.number(v, p, lo=0),
 }
 DEVICE_KEYS = tuple(DEVICE_CHECKS)
 
@@ -176,33 +161,35 @@ def error_code(value: Any, path: str) -> int:
         name = value.upper().removeprefix("HLML_ERROR_")
         if name in HLML_RETURN:
             return HLML_RETURN[name]
-        raise _fail(path, f"unknown HLML error {value!r} (e.g. NOT_SUPPORTED, AIP_IS_LOST)")
-    return _integer(value, path, lo=1, hi=2**31 - 1)
+        raise checks.fail(path, f"unknown HLML error {value!r} (e.g. NOT_SUPPORTED, AIP_IS_LOST)")
+    return checks.integer(value, path, lo=1, hi=2**31 - 1)
 
 
 def _function(value: Any, path: str) -> str:
-    name = _string(value, path, 100)
+    name = checks.string(value, path, 100)
     if name != WILDCARD and name not in PYHLML_FUNCTIONS:
-        raise _fail(path, f'unknown pyhlml function {name!r} (not simulated; "{WILDCARD}" '
+        raise checks.fail(path, f'unknown pyhlml function {name!r} (not simulated; "{WILDCARD}" '
                           "matches any)")
     return name
 
 
 def _normalize_errors(rules: Any, path: str, count: int) -> list[dict[str, Any]]:
     out = []
-    for i, rule in enumerate(_list(rules, path)):
+    for i, rule in enumerate(checks.sequence(rules, path)):
         where = f"{path}[{i}]"
-        _keys(_mapping(rule, where), where, ("function", "device", "code", "from_s", "until_s"),
-              required=("function", "code"))
+        checks.keys(checks.mapping(rule, where), where,
+                    ("function", "device", "code", "from_s", "until_s"),
+                    required=("function", "code"))
         device = rule.get("device")
         if device is not None:
-            _integer(device, f"{where}.device")
+            checks.integer(device, f"{where}.device")
             if device >= count:
-                raise _fail(f"{where}.device", f"no Gaudi device {device} (there are {count})")
-        start = _number(rule.get("from_s", 0), f"{where}.from_s", lo=0)
+                raise checks.fail(f"{where}.device",
+                                  f"no Gaudi device {device} (there are {count})")
+        start = checks.number(rule.get("from_s", 0), f"{where}.from_s", lo=0)
         until = rule.get("until_s")
-        if until is not None and _number(until, f"{where}.until_s", lo=0) <= start:
-            raise _fail(f"{where}.until_s", "must be after from_s")
+        if until is not None and checks.number(until, f"{where}.until_s", lo=0) <= start:
+            raise checks.fail(f"{where}.until_s", "must be after from_s")
         out.append({"function": _function(rule["function"], f"{where}.function"),
                     "device": device, "code": error_code(rule["code"], f"{where}.code"),
                     "from_s": start, "until_s": until})
@@ -215,14 +202,14 @@ def _check_unique(devices: Sequence[Mapping[str, Any]], path: str) -> None:
         for i, device in enumerate(devices):
             value = device.get(key)
             if value in seen:
-                raise _fail(f"{path}.devices[{i}].{key}",
-                            f"{value!r} is also used by devices[{seen[value]}]")
+                raise checks.fail(f"{path}.devices[{i}].{key}",
+                                  f"{value!r} is also used by devices[{seen[value]}]")
             seen[value] = i
 
 
 def _choice(value: Any, path: str, allowed: Sequence[str]) -> str:
     if value not in allowed:
-        raise _fail(path, f"expected one of {', '.join(allowed)}, got {value!r}")
+        raise checks.fail(path, f"expected one of {', '.join(allowed)}, got {value!r}")
     return value
 
 
@@ -232,30 +219,34 @@ def normalize_section(value: Any, path: str) -> dict[str, Any]:
     The result has ``device_defaults`` merged into every device, ``unsupported``
     folded into ``errors`` (NOT_SUPPORTED on every device), and every key present.
     """
-    section = _mapping(value, path)
-    _keys(section, path, _SECTION_KEYS)
+    section = checks.mapping(value, path)
+    checks.keys(section, path, _SECTION_KEYS)
     out: dict[str, Any] = {}
     for key, default in (("driver_version", "1.21.3-57"), ("hlml_version", "1.21.3"),
                          ("nic_driver_version", "1.21.3-57")):
-        out[key] = _string(section.get(key, default), f"{path}.{key}", 127)
+        out[key] = checks.string(section.get(key, default), f"{path}.{key}", 127)
     out["import_error"] = (None if section.get("import_error") is None else
                            _choice(section["import_error"], f"{path}.import_error", IMPORT_ERRORS))
     out["init_error"] = (None if section.get("init_error") is None else
                          _choice(section["init_error"], f"{path}.init_error", INIT_ERRORS))
-    defaults = _mapping(section.get("device_defaults") or {}, f"{path}.device_defaults")
-    _check_keys_with(defaults, f"{path}.device_defaults", DEVICE_CHECKS)
+    defaults = checks.mapping(section.get("device_defaults") or {}, f"{path}.device_defaults")
+    checks.keys_with(defaults, f"{path}.device_defaults", DEVICE_CHECKS)
     devices = []
-    for i, device in enumerate(_list(section.get("devices", []), f"{path}.devices", MAX_DEVICES)):
+    listed = checks.sequence(section.get("devices", []), f"{path}.devices", MAX_DEVICES)
+    for i, device in enumerate(listed):
         where = f"{path}.devices[{i}]"
-        merged = {**copy.deepcopy(dict(defaults)), **copy.deepcopy(dict(_mapping(device, where)))}
-        _check_keys_with(merged, where, DEVICE_CHECKS)
-        _keys(merged, where, DEVICE_KEYS, required=("uuid", "pci_bus_id", "module_id"))
-        merged["pci_bus_id"] = normalize_pci_bus_id(merged["pci_bus_id"], f"{where}.pci_bus_id")
+        merged = {**copy.deepcopy(dict(defaults)),
+                  **copy.deepcopy(dict(checks.mapping(device, where)))}
+        checks.keys_with(merged, where, DEVICE_CHECKS)
+        checks.keys(merged, where, DEVICE_KEYS, required=("uuid", "pci_bus_id", "module_id"))
+        merged["pci_bus_id"] = checks.normalize_pci_bus_id(merged["pci_bus_id"],
+                                                           f"{where}.pci_bus_id")
         devices.append(merged)
     _check_unique(devices, path)
     out["devices"] = devices
     errors = _normalize_errors(section.get("errors") or [], f"{path}.errors", len(devices))
-    for i, name in enumerate(_list(section.get("unsupported") or [], f"{path}.unsupported")):
+    unsupported = checks.sequence(section.get("unsupported") or [], f"{path}.unsupported")
+    for i, name in enumerate(unsupported):
         errors.append({"function": _function(name, f"{path}.unsupported[{i}]"), "device": None,
                        "code": HLML_RETURN["NOT_SUPPORTED"], "from_s": 0.0, "until_s": None})
     out["errors"] = errors

@@ -13,18 +13,8 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .scenario import (
-    ScenarioError,
-    _boolean,
-    _fail,
-    _integer,
-    _keys,
-    _list,
-    _mapping,
-    _string,
-    check_counter,
-    check_signal,
-)
+from . import checks
+from .checks import ScenarioError
 
 __all__ = ["ECC_FIELDS", "ERROR_TYPES", "MEMORY_CATEGORIES", "METRIC_GROUPS",
            "RUNTIME_GROUPS", "SYSTEM_GROUPS", "ScenarioError", "ecc_counters",
@@ -64,81 +54,83 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def _percent(value: Any, path: str) -> None:
-    check_signal(value, path, 0, 100)
+    checks.signal(value, path, 0, 100)
 
 
 def _check_instance(value: Any, path: str) -> None:
-    instance = _mapping(value, path)
-    _keys(instance, path, _INSTANCE_KEYS)
+    instance = checks.mapping(value, path)
+    checks.keys(instance, path, _INSTANCE_KEYS)
     for key, text in instance.items():
-        _string(text, f"{path}.{key}", 255)
+        checks.string(text, f"{path}.{key}", 255)
 
 
 def _check_ecc(value: Any, path: str) -> None:
-    for scope, counters in _mapping(value, path).items():
+    for scope, counters in checks.mapping(value, path).items():
         where = f"{path}.{scope}"
         if scope != "*" and not (isinstance(scope, str) and scope.isdigit()):
-            raise _fail(where, 'expected a device index ("0", "1", ...) or "*" for every device')
-        _keys(_mapping(counters, where), where, ECC_FIELDS)
+            raise checks.fail(where,
+                              'expected a device index ("0", "1", ...) or "*" for every device')
+        checks.keys(checks.mapping(counters, where), where, ECC_FIELDS)
         for key, counter in counters.items():
-            check_counter(counter, f"{where}.{key}")
+            checks.counter(counter, f"{where}.{key}")
 
 
 def _check_runtime(runtime: Any, path: str, cores: int) -> None:
-    checks: dict[str, Callable[[Any, str], None]] = {
-        "pid": lambda v, p: _integer(v, p, lo=1, hi=2**32 - 1),
-        "tag": lambda v, p: _string(v, p, 255),
-        "cores": lambda v, p: [_integer(c, f"{p}[{i}]", hi=cores - 1)
-                               for i, c in enumerate(_list(v, p, cores))],
+    runtime_checks: dict[str, Callable[[Any, str], None]] = {
+        "pid": lambda v, p: checks.integer(v, p, lo=1, hi=2**32 - 1),
+        "tag": lambda v, p: checks.string(v, p, 255),
+        "cores": lambda v, p: [checks.integer(c, f"{p}[{i}]", hi=cores - 1)
+                               for i, c in enumerate(checks.sequence(v, p, cores))],
         "utilization_percent": _percent,
-        "flops": check_signal,
+        "flops": checks.signal,
         "core_memory_bytes": lambda v, p: _check_memory(v, p),
-        "host_memory_bytes": check_signal,
+        "host_memory_bytes": checks.signal,
         "vcpu_user_percent": _percent,
         "vcpu_system_percent": _percent,
-        "executions_per_s": check_signal,
+        "executions_per_s": checks.signal,
         "errors_per_s": _check_errors,
-        "latency_s": check_signal,
-        "error": lambda v, p: _string(v, p, 1024),
-        "while_alive": _boolean,
+        "latency_s": checks.signal,
+        "error": lambda v, p: checks.string(v, p, 1024),
+        "while_alive": checks.boolean,
     }
-    item = _mapping(runtime, path)
-    _keys(item, path, tuple(checks), required=("pid", "cores"))
+    item = checks.mapping(runtime, path)
+    checks.keys(item, path, tuple(runtime_checks), required=("pid", "cores"))
     for key, value in item.items():
-        checks[key](value, f"{path}.{key}")
+        runtime_checks[key](value, f"{path}.{key}")
 
 
 def _check_memory(value: Any, path: str) -> None:
-    memory = _mapping(value, path)
-    _keys(memory, path, MEMORY_CATEGORIES)
+    memory = checks.mapping(value, path)
+    checks.keys(memory, path, MEMORY_CATEGORIES)
     for key, signal in memory.items():
-        check_signal(signal, f"{path}.{key}")
+        checks.signal(signal, f"{path}.{key}")
 
 
 def _check_errors(value: Any, path: str) -> None:
-    errors = _mapping(value, path)
-    _keys(errors, path, ERROR_TYPES)
+    errors = checks.mapping(value, path)
+    checks.keys(errors, path, ERROR_TYPES)
     for key, signal in errors.items():
-        check_signal(signal, f"{path}.{key}")
+        checks.signal(signal, f"{path}.{key}")
 
 
 def _check_faults(value: Any, path: str) -> None:
-    faults = _mapping(value, path)
-    _keys(faults, path, ("missing_groups", "group_errors", "exit_after_reports", "silent",
-                         "malformed_lines"))
-    for i, group in enumerate(_list(faults.get("missing_groups", []), f"{path}.missing_groups")):
+    faults = checks.mapping(value, path)
+    checks.keys(faults, path, ("missing_groups", "group_errors", "exit_after_reports", "silent",
+                               "malformed_lines"))
+    missing = checks.sequence(faults.get("missing_groups", []), f"{path}.missing_groups")
+    for i, group in enumerate(missing):
         if group not in METRIC_GROUPS:
-            raise _fail(f"{path}.missing_groups[{i}]",
-                        f"unknown metric group {group!r} (one of {', '.join(METRIC_GROUPS)})")
-    errors = _mapping(faults.get("group_errors", {}), f"{path}.group_errors")
+            raise checks.fail(f"{path}.missing_groups[{i}]",
+                              f"unknown metric group {group!r} (one of {', '.join(METRIC_GROUPS)})")
+    errors = checks.mapping(faults.get("group_errors", {}), f"{path}.group_errors")
     for group, message in errors.items():
         if group not in METRIC_GROUPS:
-            raise _fail(f"{path}.group_errors.{group}", f"unknown metric group {group!r}")
-        _string(message, f"{path}.group_errors.{group}", 1024)
+            raise checks.fail(f"{path}.group_errors.{group}", f"unknown metric group {group!r}")
+        checks.string(message, f"{path}.group_errors.{group}", 1024)
     if faults.get("exit_after_reports") is not None:
-        _integer(faults["exit_after_reports"], f"{path}.exit_after_reports", lo=0)
+        checks.integer(faults["exit_after_reports"], f"{path}.exit_after_reports", lo=0)
     for key in ("silent", "malformed_lines"):
-        _boolean(faults.get(key, False), f"{path}.{key}")
+        checks.boolean(faults.get(key, False), f"{path}.{key}")
 
 
 def normalize_section(value: Any, path: str) -> dict[str, Any]:
@@ -147,31 +139,32 @@ def normalize_section(value: Any, path: str) -> dict[str, Any]:
     Raises:
         ScenarioError: naming the offending key (e.g. ``neuron.runtimes[0].cores[1]``).
     """
-    section = _mapping(value, path)
-    _keys(section, path, tuple(_DEFAULTS))
+    section = checks.mapping(value, path)
+    checks.keys(section, path, tuple(_DEFAULTS))
     out = {**copy.deepcopy(_DEFAULTS), **copy.deepcopy(dict(section))}
     for key in ("neuron_device_type", "neuron_device_version", "neuroncore_version"):
-        _string(out[key], f"{path}.{key}", 63)
-    _string(out["hardware_error"], f"{path}.hardware_error", 1024)
-    devices = _integer(out["neuron_device_count"], f"{path}.neuron_device_count",
-                       hi=MAX_DEVICES)
-    per_device = _integer(out["neuroncore_per_device_count"],
-                          f"{path}.neuroncore_per_device_count", lo=1, hi=MAX_CORES_PER_DEVICE)
-    _integer(out["neuron_device_memory_size"], f"{path}.neuron_device_memory_size")
+        checks.string(out[key], f"{path}.{key}", 63)
+    checks.string(out["hardware_error"], f"{path}.hardware_error", 1024)
+    devices = checks.integer(out["neuron_device_count"], f"{path}.neuron_device_count",
+                             hi=MAX_DEVICES)
+    per_device = checks.integer(out["neuroncore_per_device_count"],
+                                f"{path}.neuroncore_per_device_count",
+                                lo=1, hi=MAX_CORES_PER_DEVICE)
+    checks.integer(out["neuron_device_memory_size"], f"{path}.neuron_device_memory_size")
     _check_instance(out["instance"], f"{path}.instance")
     _check_ecc(out["ecc"], f"{path}.ecc")
     for scope in out["ecc"]:
         if scope != "*" and int(scope) >= devices:
-            raise _fail(f"{path}.ecc.{scope}", f"no device {scope} (there are {devices})")
+            raise checks.fail(f"{path}.ecc.{scope}", f"no device {scope} (there are {devices})")
     cores = devices * per_device
     pids: set[int] = set()
-    for i, runtime in enumerate(_list(out["runtimes"], f"{path}.runtimes")):
+    for i, runtime in enumerate(checks.sequence(out["runtimes"], f"{path}.runtimes")):
         where = f"{path}.runtimes[{i}]"
         if cores == 0:
-            raise _fail(where, "a runtime needs NeuronCores (neuron_device_count is 0)")
+            raise checks.fail(where, "a runtime needs NeuronCores (neuron_device_count is 0)")
         _check_runtime(runtime, where, cores)
         if runtime["pid"] in pids:
-            raise _fail(f"{where}.pid", f"pid {runtime['pid']} is listed twice")
+            raise checks.fail(f"{where}.pid", f"pid {runtime['pid']} is listed twice")
         pids.add(runtime["pid"])
     _check_faults(out["faults"], f"{path}.faults")
     return out

@@ -19,6 +19,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import checks
+from .checks import ScenarioError
+
 SCENARIO_DIR = pathlib.Path(__file__).resolve().parent / "scenarios"
 STATE_FORMAT_HEADER = "fakenvml 1"
 
@@ -27,8 +30,6 @@ MAX_DEVICES = 64
 MAX_MIG_DEVICES = 8
 MAX_CPUS = 1024
 MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS
-MAX_LIST_ITEMS = 4096
-MAX_KEYFRAMES = 4096
 MAX_DELAY_S = 86400.0
 
 # Buffer sizes of the NVML calls that return these strings, less the NUL.
@@ -208,205 +209,31 @@ _INIT_FUNCTIONS = frozenset({"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags"})
 _RULE_FUNCTIONS = frozenset(
     {"*", *NVML_FUNCTIONS, *(_VERSION_SUFFIX.sub("", f) for f in NVML_FUNCTIONS)}
 )
-_UUID_BODY = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_GPU_UUID = re.compile(rf"^GPU-{_UUID_BODY}$")
-_MIG_UUID = re.compile(rf"^MIG-{_UUID_BODY}$")
-_PLAIN_UUID = re.compile(rf"^{_UUID_BODY}$")
-_PCI_BUS_ID = re.compile(
-    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
-    r"(?P<device>[0-9a-fA-F]{1,2})\.(?P<function>[0-7])$"
-)
+_GPU_UUID = re.compile(rf"^GPU-{checks.UUID_BODY}$")
+_MIG_UUID = re.compile(rf"^MIG-{checks.UUID_BODY}$")
 _CPU_RANGE = re.compile(r"^(\d+)-(\d+)$")
 
 
-class ScenarioError(ValueError):
-    """A scenario is invalid; the message names the offending key path."""
-
-
 # --------------------------------------------------------------------------
-# Small checks
+# Field values
 # --------------------------------------------------------------------------
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, str):
-        return f"string {value!r}"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, Sequence):
-        return "list"
-    return type(value).__name__
-
-
-def _fail(path: str, message: str) -> ScenarioError:
-    return ScenarioError(f"{path}: {message}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _number(value: Any, path: str, lo: float | None = None, hi: float | None = None) -> float:
-    if not _is_number(value) or not math.isfinite(value):
-        raise _fail(path, f"expected a finite number, got {_describe(value)}")
-    if lo is not None and value < lo:
-        raise _fail(path, f"must be >= {lo:g}, got {value!r}")
-    if hi is not None and value > hi:
-        raise _fail(path, f"must be <= {hi:g}, got {value!r}")
-    return value
-
-
-def _integer(value: Any, path: str, lo: int | None = 0, hi: int | None = None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _fail(path, f"expected an integer, got {_describe(value)}")
-    if lo is not None and value < lo:
-        raise _fail(path, f"must be >= {lo}, got {value}")
-    if hi is not None and value > hi:
-        raise _fail(path, f"must be <= {hi}, got {value}")
-    return value
-
-
-def _boolean(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(path, f"expected true or false, got {_describe(value)}")
-    return value
-
-
-def _string(value: Any, path: str, max_len: int = 1024) -> str:
-    if not isinstance(value, str):
-        raise _fail(path, f"expected a string, got {_describe(value)}")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
-        raise _fail(path, "must not contain control characters (newlines, tabs, ...)")
-    if value != value.strip():
-        raise _fail(path, "must not start or end with whitespace")
-    if len(value.encode()) > max_len:
-        raise _fail(path, f"longer than {max_len} bytes")
-    return value
-
-
-def _mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"expected an object, got {_describe(value)}")
-    return value
-
-
-def _list(value: Any, path: str, max_items: int = MAX_LIST_ITEMS) -> Sequence[Any]:
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise _fail(path, f"expected a list, got {_describe(value)}")
-    if len(value) > max_items:
-        raise _fail(path, f"at most {max_items} items allowed, got {len(value)}")
-    return value
-
-
-def _keys(
-    obj: Mapping[str, Any], path: str, allowed: Sequence[str], required: Sequence[str] = ()
-) -> None:
-    for key in obj:
-        if key not in allowed:
-            raise _fail(f"{path}.{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
-    for key in required:
-        if obj.get(key) is None:
-            raise _fail(f"{path}.{key}", "required key is missing")
-
-
-def _enum(value: Any, path: str, names: Mapping[str, int], what: str) -> int:
-    """A name from names (case-insensitive) or one of its integer values."""
-    if isinstance(value, str):
-        for name, number in names.items():
-            if name.lower() == value.lower():
-                return number
-    elif isinstance(value, int) and not isinstance(value, bool) and value in names.values():
-        return value
-    raise _fail(path, f"expected a {what}: one of {', '.join(names)}, got {_describe(value)}")
-
-
-# --------------------------------------------------------------------------
-# Signals, counters and field values
-# --------------------------------------------------------------------------
-
-
-def _check_value(value: Any, path: str, lo: float | None, hi: float | None, whole: bool) -> None:
-    _number(value, path, lo, hi)
-    if whole and value != int(value):
-        raise _fail(path, f"must be a whole number, got {value!r}")
-
-
-def check_signal(
-    value: Any,
-    path: str,
-    lo: float | None = 0,
-    hi: float | None = None,
-    whole: bool = False,
-) -> None:
-    """Checks a signal: a number, or {"keyframes", "period_s", "interpolate"}."""
-    if _is_number(value):
-        _check_value(value, path, lo, hi, whole)
-        return
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"expected number or signal object, got {_describe(value)}")
-    _keys(value, path, ("keyframes", "period_s", "interpolate"), required=("keyframes",))
-    frames = _list(value["keyframes"], f"{path}.keyframes", MAX_KEYFRAMES)
-    if not frames:
-        raise _fail(f"{path}.keyframes", "needs at least one [t, value] pair")
-    period = value.get("period_s")
-    if period is not None:
-        _number(period, f"{path}.period_s")
-        if period <= 0:
-            raise _fail(f"{path}.period_s", "must be > 0")
-    interpolate = value.get("interpolate", "linear")
-    if interpolate not in ("linear", "step"):
-        raise _fail(f"{path}.interpolate", f'expected "linear" or "step", got {interpolate!r}')
-    previous = -math.inf
-    for i, frame in enumerate(frames):
-        where = f"{path}.keyframes[{i}]"
-        if isinstance(frame, str) or not isinstance(frame, Sequence) or len(frame) != 2:
-            raise _fail(where, f"expected a [t, value] pair, got {_describe(frame)}")
-        t = _number(frame[0], f"{where}[0]")
-        _check_value(frame[1], f"{where}[1]", lo, hi, whole)
-        if t < previous:
-            raise _fail(f"{where}[0]", "keyframe times must not decrease")
-        if period is not None and not 0 <= t <= period:
-            raise _fail(f"{where}[0]", f"with period_s, times must lie in [0, {period:g}]")
-        previous = t
-
-
-def check_counter(value: Any, path: str) -> None:
-    """Checks a counter: an integer, or {"start": n, "rate_per_s": signal}."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        _integer(value, path, lo=0)
-        return
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"expected integer or counter object, got {_describe(value)}")
-    _keys(value, path, ("start", "rate_per_s"), required=("rate_per_s",))
-    _integer(value.get("start", 0), f"{path}.start", lo=0)
-    check_signal(value["rate_per_s"], f"{path}.rate_per_s", lo=0)
-
-
-def _is_counter(value: Any) -> bool:
-    if isinstance(value, Mapping):
-        return "rate_per_s" in value or "start" in value
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _field_value(value: Any, path: str) -> tuple[int, Any]:
     """(NVML value type, signal or counter) of one field value."""
     if isinstance(value, Mapping) and "value" in value:
-        _keys(value, path, ("type", "value"), required=("type", "value"))
-        value_type = _enum(value["type"], f"{path}.type", FIELD_VALUE_TYPES, "value type")
+        checks.keys(value, path, ("type", "value"), required=("type", "value"))
+        value_type = checks.enum(value["type"], f"{path}.type", FIELD_VALUE_TYPES, "value type")
         inner = value["value"]
-        if _is_counter(inner):
-            check_counter(inner, f"{path}.value")
+        if checks.is_counter(inner):
+            checks.counter(inner, f"{path}.value")
         else:
-            check_signal(inner, f"{path}.value", lo=None)
+            checks.signal(inner, f"{path}.value", lo=None)
         return value_type, inner
-    if _is_counter(value):
-        check_counter(value, path)
+    if checks.is_counter(value):
+        checks.counter(value, path)
         return FIELD_VALUE_TYPES["ull"], value
-    check_signal(value, path, lo=None)
+    checks.signal(value, path, lo=None)
     return FIELD_VALUE_TYPES["double"], value
 
 
@@ -424,29 +251,16 @@ def _is_scope_map(value: Any) -> bool:
 
 
 def _check_uuid(value: Any, path: str, pattern: re.Pattern[str], prefix: str) -> None:
-    _string(value, path, _MAX_UUID)
+    checks.string(value, path, _MAX_UUID)
     if not pattern.match(value):
-        raise _fail(path, f'expected "{prefix}" followed by a UUID (8-4-4-4-12 hex digits)')
-
-
-def normalize_pci_bus_id(value: Any, path: str) -> str:
-    """The canonical NVML form "DDDDDDDD:BB:DD.F" of a PCI bus id."""
-    _string(value, path, 31)
-    match = _PCI_BUS_ID.match(value)
-    if not match or int(match["device"], 16) > 0x1F:
-        raise _fail(path, f'expected a PCI bus id like "00000000:18:00.0", got {value!r}')
-    domain = int(match["domain"] or "0", 16)
-    return (
-        f"{domain:08X}:{int(match['bus'], 16):02X}:"
-        f"{int(match['device'], 16):02X}.{int(match['function'])}"
-    )
+        raise checks.fail(path, f'expected "{prefix}" followed by a UUID (8-4-4-4-12 hex digits)')
 
 
 def _check_processes(value: Any, path: str) -> None:
-    for i, proc in enumerate(_list(value, path)):
+    for i, proc in enumerate(checks.sequence(value, path)):
         where = f"{path}[{i}]"
-        _keys(
-            _mapping(proc, where),
+        checks.keys(
+            checks.mapping(proc, where),
             where,
             (
                 "pid",
@@ -460,52 +274,52 @@ def _check_processes(value: Any, path: str) -> None:
             ),
             required=("pid",),
         )
-        _boolean(proc.get("while_alive", False), f"{where}.while_alive")
-        _integer(proc["pid"], f"{where}.pid", lo=1, hi=2**32 - 1)
-        _integer(proc.get("used_memory_bytes", 0), f"{where}.used_memory_bytes", lo=0)
+        checks.boolean(proc.get("while_alive", False), f"{where}.while_alive")
+        checks.integer(proc["pid"], f"{where}.pid", lo=1, hi=2**32 - 1)
+        checks.integer(proc.get("used_memory_bytes", 0), f"{where}.used_memory_bytes", lo=0)
         for key in ("sm_percent", "memory_percent", "encoder_percent", "decoder_percent"):
-            _integer(proc.get(key, 0), f"{where}.{key}", lo=0, hi=100)
-        _enum(proc.get("type", "compute"), f"{where}.type", PROCESS_TYPES, "process type")
+            checks.integer(proc.get(key, 0), f"{where}.{key}", lo=0, hi=100)
+        checks.enum(proc.get("type", "compute"), f"{where}.type", PROCESS_TYPES, "process type")
 
 
 def _check_remapped_rows(value: Any, path: str) -> None:
-    rows = _mapping(value, path)
-    _keys(rows, path, ("correctable", "uncorrectable", "pending", "failure"))
-    _integer(rows.get("correctable", 0), f"{path}.correctable")
-    _integer(rows.get("uncorrectable", 0), f"{path}.uncorrectable")
-    _boolean(rows.get("pending", False), f"{path}.pending")
-    _boolean(rows.get("failure", False), f"{path}.failure")
+    rows = checks.mapping(value, path)
+    checks.keys(rows, path, ("correctable", "uncorrectable", "pending", "failure"))
+    checks.integer(rows.get("correctable", 0), f"{path}.correctable")
+    checks.integer(rows.get("uncorrectable", 0), f"{path}.uncorrectable")
+    checks.boolean(rows.get("pending", False), f"{path}.pending")
+    checks.boolean(rows.get("failure", False), f"{path}.failure")
 
 
 def _check_retired_pages(value: Any, path: str) -> None:
-    pages = _mapping(value, path)
-    _keys(pages, path, ("single_bit", "double_bit", "pending"))
-    _integer(pages.get("single_bit", 0), f"{path}.single_bit", hi=MAX_LIST_ITEMS)
-    _integer(pages.get("double_bit", 0), f"{path}.double_bit", hi=MAX_LIST_ITEMS)
-    _boolean(pages.get("pending", False), f"{path}.pending")
+    pages = checks.mapping(value, path)
+    checks.keys(pages, path, ("single_bit", "double_bit", "pending"))
+    checks.integer(pages.get("single_bit", 0), f"{path}.single_bit", hi=checks.MAX_LIST_ITEMS)
+    checks.integer(pages.get("double_bit", 0), f"{path}.double_bit", hi=checks.MAX_LIST_ITEMS)
+    checks.boolean(pages.get("pending", False), f"{path}.pending")
 
 
 def _check_xid_events(value: Any, path: str) -> None:
-    for i, event in enumerate(_list(value, path)):
+    for i, event in enumerate(checks.sequence(value, path)):
         where = f"{path}[{i}]"
-        _keys(_mapping(event, where), where, ("at_s", "xid"), required=("at_s", "xid"))
-        _number(event["at_s"], f"{where}.at_s", lo=0)
-        _integer(event["xid"], f"{where}.xid", lo=0, hi=2**32 - 1)
+        checks.keys(checks.mapping(event, where), where, ("at_s", "xid"), required=("at_s", "xid"))
+        checks.number(event["at_s"], f"{where}.at_s", lo=0)
+        checks.integer(event["xid"], f"{where}.xid", lo=0, hi=2**32 - 1)
 
 
 def _check_nvlinks(value: Any, path: str) -> None:
-    for i, link in enumerate(_list(value, path, MAX_NVLINKS)):
+    for i, link in enumerate(checks.sequence(value, path, MAX_NVLINKS)):
         where = f"{path}[{i}]"
-        _keys(
-            _mapping(link, where),
+        checks.keys(
+            checks.mapping(link, where),
             where,
             ("state", "version", "remote_pci_bus_id", "remote_device_type"),
             required=("version", "remote_pci_bus_id", "remote_device_type"),
         )
-        _boolean(link.get("state", True), f"{where}.state")
-        _integer(link["version"], f"{where}.version", lo=0, hi=255)
-        normalize_pci_bus_id(link["remote_pci_bus_id"], f"{where}.remote_pci_bus_id")
-        _enum(
+        checks.boolean(link.get("state", True), f"{where}.state")
+        checks.integer(link["version"], f"{where}.version", lo=0, hi=255)
+        checks.normalize_pci_bus_id(link["remote_pci_bus_id"], f"{where}.remote_pci_bus_id")
+        checks.enum(
             link["remote_device_type"],
             f"{where}.remote_device_type",
             NVLINK_REMOTE_TYPES,
@@ -513,31 +327,33 @@ def _check_nvlinks(value: Any, path: str) -> None:
         )
 
 
-def _check_pcie_link(value: Any, path: str) -> None:
-    link = _mapping(value, path)
+def check_pcie_link(value: Any, path: str) -> None:
+    """A device's `pcie_link`: current and maximum generation and width."""
+    link = checks.mapping(value, path)
     required = ("gen_current", "gen_max", "width_current", "width_max")
-    _keys(link, path, (*required, "gen_gpu_max"), required=required)
+    checks.keys(link, path, (*required, "gen_gpu_max"), required=required)
     for key in (*required, "gen_gpu_max"):
         if key in link:
-            _integer(link[key], f"{path}.{key}", lo=0, hi=64)
+            checks.integer(link[key], f"{path}.{key}", lo=0, hi=64)
 
 
 def _check_pcie_throughput(value: Any, path: str) -> None:
-    rates = _mapping(value, path)
-    _keys(rates, path, ("tx", "rx"), required=("tx", "rx"))
-    check_signal(rates["tx"], f"{path}.tx")
-    check_signal(rates["rx"], f"{path}.rx")
+    rates = checks.mapping(value, path)
+    checks.keys(rates, path, ("tx", "rx"), required=("tx", "rx"))
+    checks.signal(rates["tx"], f"{path}.tx")
+    checks.signal(rates["rx"], f"{path}.rx")
 
 
 def _check_fields(value: Any, path: str) -> None:
-    for field_id, entry in _mapping(value, path).items():
+    for field_id, entry in checks.mapping(value, path).items():
         where = f"{path}.{field_id}"
         if not field_id.isdigit() or not 0 < int(field_id) < 2**32:
-            raise _fail(where, "field ids are positive integers (NVML_FI_*), written as strings")
+            raise checks.fail(where,
+                              "field ids are positive integers (NVML_FI_*), written as strings")
         if _is_scope_map(entry):
             for scope, scoped in entry.items():
                 if scope != "*" and int(scope) >= 2**32:
-                    raise _fail(f"{where}.{scope}", "scope id out of range")
+                    raise checks.fail(f"{where}.{scope}", "scope id out of range")
                 _field_value(scoped, f"{where}.{scope}")
         else:
             _field_value(entry, where)
@@ -546,142 +362,119 @@ def _check_fields(value: Any, path: str) -> None:
 def cpu_list(value: Any, path: str) -> list[int]:
     """Expands a cpu_affinity list (ids and "first-last" ranges) to CPU ids."""
     cpus: set[int] = set()
-    for i, item in enumerate(_list(value, path, MAX_CPUS)):
+    for i, item in enumerate(checks.sequence(value, path, MAX_CPUS)):
         where = f"{path}[{i}]"
         if isinstance(item, str) and (match := _CPU_RANGE.match(item)):
             first, last = int(match[1]), int(match[2])
             if first > last or last >= MAX_CPUS:
-                raise _fail(where, f"bad CPU range {item!r} (CPUs are 0..{MAX_CPUS - 1})")
+                raise checks.fail(where, f"bad CPU range {item!r} (CPUs are 0..{MAX_CPUS - 1})")
             cpus.update(range(first, last + 1))
         else:
             if isinstance(item, str):
-                raise _fail(where, f'expected a CPU id or a "first-last" range, got {item!r}')
-            cpus.add(_integer(item, where, lo=0, hi=MAX_CPUS - 1))
+                raise checks.fail(where, f'expected a CPU id or a "first-last" range, got {item!r}')
+            cpus.add(checks.integer(item, where, lo=0, hi=MAX_CPUS - 1))
     return sorted(cpus)
 
 
 def _check_topology(value: Any, path: str) -> None:
-    for other, level in _mapping(value, path).items():
+    for other, level in checks.mapping(value, path).items():
         if not other.isdigit():
-            raise _fail(f"{path}.{other}", 'keys are other device indices, like "1"')
-        _enum(level, f"{path}.{other}", TOPOLOGY_LEVELS, "topology level")
+            raise checks.fail(f"{path}.{other}", 'keys are other device indices, like "1"')
+        checks.enum(level, f"{path}.{other}", TOPOLOGY_LEVELS, "topology level")
 
 
 def _p2p_statuses(value: Any, path: str) -> list[int]:
     """The five per-capability statuses of one p2p entry."""
     if isinstance(value, Mapping):
-        _keys(value, path, P2P_CAPS)
+        checks.keys(value, path, P2P_CAPS)
         return [
-            _enum(value.get(cap, "OK"), f"{path}.{cap}", P2P_STATUSES, "P2P status")
+            checks.enum(value.get(cap, "OK"), f"{path}.{cap}", P2P_STATUSES, "P2P status")
             for cap in P2P_CAPS
         ]
-    return [_enum(value, path, P2P_STATUSES, "P2P status")] * len(P2P_CAPS)
+    return [checks.enum(value, path, P2P_STATUSES, "P2P status")] * len(P2P_CAPS)
 
 
 def _check_p2p(value: Any, path: str) -> None:
-    for other, entry in _mapping(value, path).items():
+    for other, entry in checks.mapping(value, path).items():
         if other != "*" and not other.isdigit():
-            raise _fail(f"{path}.{other}", 'keys are other device indices or "*"')
+            raise checks.fail(f"{path}.{other}", 'keys are other device indices or "*"')
         _p2p_statuses(entry, f"{path}.{other}")
 
 
 def _check_fabric(value: Any, path: str) -> None:
-    fabric = _mapping(value, path)
-    _keys(
+    fabric = checks.mapping(value, path)
+    checks.keys(
         fabric,
         path,
         ("cluster_uuid", "clique_id", "state", "status", "health_mask", "health_summary"),
     )
     if "cluster_uuid" in fabric:
-        _string(fabric["cluster_uuid"], f"{path}.cluster_uuid")
-        if not _PLAIN_UUID.match(fabric["cluster_uuid"]):
-            raise _fail(f"{path}.cluster_uuid", "expected a UUID (8-4-4-4-12 hex digits)")
-    _integer(fabric.get("clique_id", 0), f"{path}.clique_id", hi=2**32 - 1)
-    _enum(fabric.get("state", "COMPLETED"), f"{path}.state", FABRIC_STATES, "fabric state")
+        checks.string(fabric["cluster_uuid"], f"{path}.cluster_uuid")
+        if not checks.PLAIN_UUID.match(fabric["cluster_uuid"]):
+            raise checks.fail(f"{path}.cluster_uuid", "expected a UUID (8-4-4-4-12 hex digits)")
+    checks.integer(fabric.get("clique_id", 0), f"{path}.clique_id", hi=2**32 - 1)
+    checks.enum(fabric.get("state", "COMPLETED"), f"{path}.state", FABRIC_STATES, "fabric state")
     _error_code(fabric.get("status", 0), f"{path}.status", allow_success=True)
-    _integer(fabric.get("health_mask", 0), f"{path}.health_mask", hi=2**32 - 1)
-    _integer(fabric.get("health_summary", 0), f"{path}.health_summary", hi=255)
+    checks.integer(fabric.get("health_mask", 0), f"{path}.health_mask", hi=2**32 - 1)
+    checks.integer(fabric.get("health_summary", 0), f"{path}.health_summary", hi=255)
 
 
 def _check_architecture(value: Any, path: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool):
-        _integer(value, path, hi=2**32 - 1)
+        checks.integer(value, path, hi=2**32 - 1)
     else:
-        _enum(value, path, ARCHITECTURES, "GPU architecture")
-
-
-def _signal_check(
-    lo: float | None = 0, hi: float | None = None, whole: bool = False
-) -> Callable[[Any, str], None]:
-    def check(value: Any, path: str) -> None:
-        check_signal(value, path, lo, hi, whole)
-
-    return check
-
-
-def _int_check(lo: int = 0, hi: int | None = None) -> Callable[[Any, str], None]:
-    def check(value: Any, path: str) -> None:
-        _integer(value, path, lo, hi)
-
-    return check
-
-
-def _str_check(max_len: int) -> Callable[[Any, str], None]:
-    def check(value: Any, path: str) -> None:
-        _string(value, path, max_len)
-
-    return check
+        checks.enum(value, path, ARCHITECTURES, "GPU architecture")
 
 
 _DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "vendor": lambda v, p: _amd().check_vendor(v, p, "nvidia"),
-    "name": _str_check(_MAX_NAME),
+    "name": checks.str_check(_MAX_NAME),
     "uuid": lambda v, p: _check_uuid(v, p, _GPU_UUID, "GPU-"),
-    "serial": _str_check(_MAX_SERIAL),
-    "pci_bus_id": normalize_pci_bus_id,
-    "pci_device_id": _int_check(hi=2**32 - 1),
-    "pci_subsystem_id": _int_check(hi=2**32 - 1),
-    "minor_number": _int_check(hi=2**32 - 1),
+    "serial": checks.str_check(_MAX_SERIAL),
+    "pci_bus_id": checks.normalize_pci_bus_id,
+    "pci_device_id": checks.int_check(hi=2**32 - 1),
+    "pci_subsystem_id": checks.int_check(hi=2**32 - 1),
+    "minor_number": checks.int_check(hi=2**32 - 1),
     "architecture": _check_architecture,
-    "memory_total_bytes": _int_check(),
-    "memory_reserved_bytes": _int_check(),
-    "memory_used_bytes": _signal_check(),
-    "utilization_gpu_percent": _signal_check(0, 100),
-    "utilization_memory_percent": _signal_check(0, 100),
-    "encoder_percent": _signal_check(0, 100),
-    "decoder_percent": _signal_check(0, 100),
-    "power_mw": _signal_check(),
-    "power_limit_mw": _int_check(hi=2**32 - 1),
-    "energy_start_mj": _int_check(),
-    "temperature_c": _signal_check(),
-    "clock_sm_mhz": _signal_check(),
-    "clock_memory_mhz": _signal_check(),
-    "clock_graphics_mhz": _signal_check(),
-    "clock_video_mhz": _signal_check(),
-    "max_clock_sm_mhz": _int_check(hi=2**32 - 1),
-    "max_clock_memory_mhz": _int_check(hi=2**32 - 1),
-    "max_clock_graphics_mhz": _int_check(hi=2**32 - 1),
-    "max_clock_video_mhz": _int_check(hi=2**32 - 1),
-    "clocks_event_reasons": _signal_check(0, 2**53, whole=True),
-    "performance_state": _signal_check(0, 15, whole=True),
-    "ecc_mode": _boolean,
-    "load_from_processes": _boolean,
-    "ecc_corrected": check_counter,
-    "ecc_uncorrected": check_counter,
+    "memory_total_bytes": checks.int_check(),
+    "memory_reserved_bytes": checks.int_check(),
+    "memory_used_bytes": checks.signal_check(),
+    "utilization_gpu_percent": checks.signal_check(0, 100),
+    "utilization_memory_percent": checks.signal_check(0, 100),
+    "encoder_percent": checks.signal_check(0, 100),
+    "decoder_percent": checks.signal_check(0, 100),
+    "power_mw": checks.signal_check(),
+    "power_limit_mw": checks.int_check(hi=2**32 - 1),
+    "energy_start_mj": checks.int_check(),
+    "temperature_c": checks.signal_check(),
+    "clock_sm_mhz": checks.signal_check(),
+    "clock_memory_mhz": checks.signal_check(),
+    "clock_graphics_mhz": checks.signal_check(),
+    "clock_video_mhz": checks.signal_check(),
+    "max_clock_sm_mhz": checks.int_check(hi=2**32 - 1),
+    "max_clock_memory_mhz": checks.int_check(hi=2**32 - 1),
+    "max_clock_graphics_mhz": checks.int_check(hi=2**32 - 1),
+    "max_clock_video_mhz": checks.int_check(hi=2**32 - 1),
+    "clocks_event_reasons": checks.signal_check(0, 2**53, whole=True),
+    "performance_state": checks.signal_check(0, 15, whole=True),
+    "ecc_mode": checks.boolean,
+    "load_from_processes": checks.boolean,
+    "ecc_corrected": checks.counter,
+    "ecc_uncorrected": checks.counter,
     "remapped_rows": _check_remapped_rows,
     "retired_pages": _check_retired_pages,
-    "pcie_replay": check_counter,
+    "pcie_replay": checks.counter,
     "processes": _check_processes,
     "xid_events": _check_xid_events,
-    "lost_at_s": lambda v, p: _number(v, p, lo=0),
-    "mig_mode": _boolean,
-    "mig_max_devices": _int_check(lo=1, hi=MAX_MIG_DEVICES),
+    "lost_at_s": lambda v, p: checks.number(v, p, lo=0),
+    "mig_mode": checks.boolean,
+    "mig_max_devices": checks.int_check(lo=1, hi=MAX_MIG_DEVICES),
     "mig_devices": lambda v, p: None,  # checked by _check_device, which knows the limits
     "fields": _check_fields,
     "nvlinks": _check_nvlinks,
-    "pcie_link": _check_pcie_link,
+    "pcie_link": check_pcie_link,
     "pcie_throughput_kbps": _check_pcie_throughput,
-    "numa_node": _int_check(lo=0, hi=MAX_CPUS),
+    "numa_node": checks.int_check(lo=0, hi=MAX_CPUS),
     "cpu_affinity": cpu_list,
     "topology": _check_topology,
     "p2p": _check_p2p,
@@ -691,8 +484,8 @@ _DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
 _MIG_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "name": _DEVICE_CHECKS["name"],
     "uuid": lambda v, p: _check_uuid(v, p, _MIG_UUID, "MIG-"),
-    "gpu_instance_id": _int_check(hi=2**32 - 2),
-    "compute_instance_id": _int_check(hi=2**32 - 2),
+    "gpu_instance_id": checks.int_check(hi=2**32 - 2),
+    "compute_instance_id": checks.int_check(hi=2**32 - 2),
     "memory_total_bytes": _DEVICE_CHECKS["memory_total_bytes"],
     "memory_reserved_bytes": _DEVICE_CHECKS["memory_reserved_bytes"],
     "memory_used_bytes": _DEVICE_CHECKS["memory_used_bytes"],
@@ -703,35 +496,27 @@ DEVICE_KEYS = tuple(_DEVICE_CHECKS)
 MIG_DEVICE_KEYS = tuple(_MIG_CHECKS)
 
 
-def _check_keys_with(
-    obj: Mapping[str, Any], path: str, checks: Mapping[str, Callable[[Any, str], None]]
-) -> None:
-    _keys(obj, path, tuple(checks))
-    for key, value in obj.items():
-        if value is not None:
-            checks[key](value, f"{path}.{key}")
-
-
 def _check_mig_devices(device: Mapping[str, Any], path: str) -> None:
     migs = device.get("mig_devices")
     if migs is None:
         return
     limit = device.get("mig_max_devices") or 7
-    for i, mig in enumerate(_list(migs, f"{path}.mig_devices", limit)):
+    for i, mig in enumerate(checks.sequence(migs, f"{path}.mig_devices", limit)):
         where = f"{path}.mig_devices[{i}]"
-        _check_keys_with(_mapping(mig, where), where, _MIG_CHECKS)
-        _keys(mig, where, MIG_DEVICE_KEYS, required=("gpu_instance_id", "compute_instance_id"))
+        checks.keys_with(checks.mapping(mig, where), where, _MIG_CHECKS)
+        checks.keys(mig, where, MIG_DEVICE_KEYS,
+                    required=("gpu_instance_id", "compute_instance_id"))
     if device.get("mig_mode") is None and migs:
-        raise _fail(f"{path}.mig_devices", "needs mig_mode (true or false) on the device")
+        raise checks.fail(f"{path}.mig_devices", "needs mig_mode (true or false) on the device")
 
 
 def _check_device(device: Mapping[str, Any], path: str, count: int) -> None:
-    _check_keys_with(device, path, _DEVICE_CHECKS)
+    checks.keys_with(device, path, _DEVICE_CHECKS)
     _check_mig_devices(device, path)
     for key in ("topology", "p2p"):
         for other in device.get(key) or {}:
             if other != "*" and int(other) >= count:
-                raise _fail(f"{path}.{key}.{other}", f"no device {other} (there are {count})")
+                raise checks.fail(f"{path}.{key}.{other}", f"no device {other} (there are {count})")
 
 
 # --------------------------------------------------------------------------
@@ -746,8 +531,8 @@ def _error_code(value: Any, path: str, allow_success: bool = False) -> int:
             return 0
         if name in NVML_ERROR_CODES:
             return NVML_ERROR_CODES[name]
-        raise _fail(path, f"unknown NVML error {value!r} (e.g. NOT_SUPPORTED, GPU_IS_LOST)")
-    return _integer(value, path, lo=0 if allow_success else 1, hi=2**31 - 1)
+        raise checks.fail(path, f"unknown NVML error {value!r} (e.g. NOT_SUPPORTED, GPU_IS_LOST)")
+    return checks.integer(value, path, lo=0 if allow_success else 1, hi=2**31 - 1)
 
 
 def _amd() -> Any:
@@ -758,21 +543,21 @@ def _amd() -> Any:
 
 
 def _rule_function(value: Any, path: str) -> str:
-    name = _string(value, path, 95)
+    name = checks.string(value, path, 95)
     if _amd().is_amd_function(name):
         return _amd().check_amd_function(name, path)
     if name in _INIT_FUNCTIONS:
         return "nvmlInit"
     if name not in _RULE_FUNCTIONS:
-        raise _fail(path, f'unknown NVML function {name!r} (not simulated; "*" matches any)')
+        raise checks.fail(path, f'unknown NVML function {name!r} (not simulated; "*" matches any)')
     return name
 
 
 def _rule_window(rule: Mapping[str, Any], path: str) -> tuple[float, float | None]:
-    start = _number(rule.get("from_s", 0), f"{path}.from_s")
+    start = checks.number(rule.get("from_s", 0), f"{path}.from_s")
     until = rule.get("until_s")
-    if until is not None and _number(until, f"{path}.until_s") <= start:
-        raise _fail(f"{path}.until_s", "must be after from_s")
+    if until is not None and checks.number(until, f"{path}.until_s") <= start:
+        raise checks.fail(f"{path}.until_s", "must be after from_s")
     return start, until
 
 
@@ -780,13 +565,14 @@ def _rule_device(value: Any, path: str, vendors: Sequence[str], function: str) -
     """A rule's device: an index into the scenario's devices, of the function's vendor."""
     if value is None:
         return None
-    _integer(value, path, lo=0)
+    checks.integer(value, path, lo=0)
     if value >= len(vendors):
-        raise _fail(path, f"no device {value} (there are {len(vendors)})")
+        raise checks.fail(path, f"no device {value} (there are {len(vendors)})")
     amd = _amd()
     wanted = amd.AMD if amd.is_amd_function(function) else amd.NVIDIA
     if vendors[value] != wanted:
-        raise _fail(path, f"device {value} is an {vendors[value]} device; {function} is {wanted}'s")
+        raise checks.fail(path, f"device {value} is an {vendors[value]} device;"
+                                f" {function} is {wanted}'s")
     return value
 
 
@@ -798,10 +584,10 @@ def _rule_code(value: Any, path: str, function: str) -> int:
 
 def _normalize_errors(rules: Any, path: str, vendors: Sequence[str]) -> list[dict[str, Any]]:
     out = []
-    for i, rule in enumerate(_list(rules, path)):
+    for i, rule in enumerate(checks.sequence(rules, path)):
         where = f"{path}[{i}]"
-        _keys(
-            _mapping(rule, where),
+        checks.keys(
+            checks.mapping(rule, where),
             where,
             ("function", "device", "code", "from_s", "until_s"),
             required=("function", "code"),
@@ -822,10 +608,10 @@ def _normalize_errors(rules: Any, path: str, vendors: Sequence[str]) -> list[dic
 
 def _normalize_delays(rules: Any, path: str, vendors: Sequence[str]) -> list[dict[str, Any]]:
     out = []
-    for i, rule in enumerate(_list(rules, path)):
+    for i, rule in enumerate(checks.sequence(rules, path)):
         where = f"{path}[{i}]"
-        _keys(
-            _mapping(rule, where),
+        checks.keys(
+            checks.mapping(rule, where),
             where,
             ("function", "device", "seconds", "from_s", "until_s", "busy"),
             required=("function", "seconds"),
@@ -836,10 +622,10 @@ def _normalize_delays(rules: Any, path: str, vendors: Sequence[str]) -> list[dic
             {
                 "function": function,
                 "device": _rule_device(rule.get("device"), f"{where}.device", vendors, function),
-                "seconds": _number(rule["seconds"], f"{where}.seconds", lo=0, hi=MAX_DELAY_S),
+                "seconds": checks.number(rule["seconds"], f"{where}.seconds", lo=0, hi=MAX_DELAY_S),
                 "from_s": start,
                 "until_s": until,
-                "busy": _boolean(rule.get("busy", False), f"{where}.busy"),
+                "busy": checks.boolean(rule.get("busy", False), f"{where}.busy"),
             }
         )
     return out
@@ -933,7 +719,7 @@ def _check_unique(devices: Sequence[Mapping[str, Any]]) -> None:
             if value is None:
                 continue
             if value in seen:
-                raise _fail(where, f"{value!r} is also used by {seen[value]}")
+                raise checks.fail(where, f"{value!r} is also used by {seen[value]}")
             seen[value] = where
 
 
@@ -953,27 +739,29 @@ def load_scenario(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
         ScenarioError: with the path of the first offending key.
     """
     raw, default_name = _source_to_dict(source)
-    top = _mapping(raw, "scenario")
-    _keys(top, "scenario", _TOP_LEVEL_KEYS)
+    top = checks.mapping(raw, "scenario")
+    checks.keys(top, "scenario", _TOP_LEVEL_KEYS)
     out: dict[str, Any] = {
-        "name": _string(top.get("name", default_name), "name", 200),
-        "description": _string(top.get("description", ""), "description", 4000),
+        "name": checks.string(top.get("name", default_name), "name", 200),
+        "description": checks.string(top.get("description", ""), "description", 4000),
     }
     for key in ("driver_version", "nvml_version"):
         if top.get(key) is not None:
-            out[key] = _string(top[key], key, _MAX_VERSION)
+            out[key] = checks.string(top[key], key, _MAX_VERSION)
     if top.get("cuda_driver_version") is not None:
-        out["cuda_driver_version"] = _integer(top["cuda_driver_version"], "cuda_driver_version")
+        out["cuda_driver_version"] = checks.integer(top["cuda_driver_version"],
+                                                    "cuda_driver_version")
     if top.get("freeze_at_s") is not None:
-        out["freeze_at_s"] = _number(top["freeze_at_s"], "freeze_at_s", lo=0)
+        out["freeze_at_s"] = checks.number(top["freeze_at_s"], "freeze_at_s", lo=0)
     amd = _amd()
     out.update(amd.check_amd_top_level(top))
-    defaults = _mapping(top.get("device_defaults") or {}, "device_defaults")
-    _check_keys_with(defaults, "device_defaults", _DEVICE_CHECKS)
-    amd_defaults = _mapping(top.get("amd_device_defaults") or {}, "amd_device_defaults")
-    _check_keys_with(amd_defaults, "amd_device_defaults", amd.AMD_DEVICE_CHECKS)
-    devices_in = _list(top.get("devices", []), "devices", MAX_DEVICES)
-    vendors = [amd.check_vendor(amd.vendor_of(_mapping(d, f"devices[{i}]")), f"devices[{i}].vendor")
+    defaults = checks.mapping(top.get("device_defaults") or {}, "device_defaults")
+    checks.keys_with(defaults, "device_defaults", _DEVICE_CHECKS)
+    amd_defaults = checks.mapping(top.get("amd_device_defaults") or {}, "amd_device_defaults")
+    checks.keys_with(amd_defaults, "amd_device_defaults", amd.AMD_DEVICE_CHECKS)
+    devices_in = checks.sequence(top.get("devices", []), "devices", MAX_DEVICES)
+    vendors = [amd.check_vendor(amd.vendor_of(checks.mapping(d, f"devices[{i}]")),
+                                f"devices[{i}].vendor")
                for i, d in enumerate(devices_in)]
     devices = []
     for i, device in enumerate(devices_in):
@@ -986,7 +774,8 @@ def load_scenario(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
             # topology and p2p keys are NVML indices: positions among the NVIDIA devices
             _check_device(merged, path, vendors.count(amd.NVIDIA))
         if merged.get("pci_bus_id") is not None:
-            merged["pci_bus_id"] = normalize_pci_bus_id(merged["pci_bus_id"], f"{path}.pci_bus_id")
+            merged["pci_bus_id"] = checks.normalize_pci_bus_id(merged["pci_bus_id"],
+                                                               f"{path}.pci_bus_id")
         devices.append(merged)
     _check_unique(devices)
     out["devices"] = devices
@@ -1011,7 +800,7 @@ def _num(value: float) -> str:
 
 
 def _signal_text(value: Any) -> str:
-    if _is_number(value):
+    if checks.is_number(value):
         return _num(value)
     frames = value["keyframes"]
     points = " ".join(f"{_num(t)} {_num(v)}" for t, v in frames)
@@ -1105,7 +894,7 @@ def _field_lines(fields: Mapping[str, Any], link_count: int) -> list[str]:
     for (field_id, scope), value in sorted(entries.items()):
         value_type, inner = _field_value(value, "fields")
         kind, text = (
-            ("c", _counter_text(inner)) if _is_counter(inner) else ("s", _signal_text(inner))
+            ("c", _counter_text(inner)) if checks.is_counter(inner) else ("s", _signal_text(inner))
         )
         body = f"{kind} {text}"
         lines.append(f"field {field_id} {scope} {value_type} {body}")
@@ -1115,7 +904,8 @@ def _field_lines(fields: Mapping[str, Any], link_count: int) -> list[str]:
 def _fabric_line(fabric: Mapping[str, Any]) -> str:
     uuid_hex = fabric.get("cluster_uuid", "0" * 32).replace("-", "").lower()
     values = (
-        _enum(fabric.get("state", "COMPLETED"), "fabric.state", FABRIC_STATES, "fabric state"),
+        checks.enum(fabric.get("state", "COMPLETED"), "fabric.state", FABRIC_STATES,
+                    "fabric state"),
         _error_code(fabric.get("status", 0), "fabric.status", allow_success=True),
         fabric.get("clique_id", 0),
         fabric.get("health_mask", 0),
@@ -1164,7 +954,7 @@ def _composite_lines(d: Mapping[str, Any], index: int) -> list[str]:
         lines.append(f"nvlinks {len(links)}")
         for link in links:
             remote = NVLINK_REMOTE_TYPES[str(link["remote_device_type"]).lower()]
-            bus = normalize_pci_bus_id(link["remote_pci_bus_id"], "remote_pci_bus_id")
+            bus = checks.normalize_pci_bus_id(link["remote_pci_bus_id"], "remote_pci_bus_id")
             lines.append(f"nvlink {int(link.get('state', True))} {link['version']} {remote} {bus}")
     if (fields := d.get("fields")) is not None:
         lines += _field_lines(fields, len(d.get("nvlinks") or ()))
@@ -1172,7 +962,7 @@ def _composite_lines(d: Mapping[str, Any], index: int) -> list[str]:
         lines.append("cpu_affinity " + " ".join(str(c) for c in cpu_list(cpus, "cpu_affinity")))
     for other, level in (d.get("topology") or {}).items():
         if int(other) != index:
-            lines.append(f"topology {other} {_enum(level, 'topology', TOPOLOGY_LEVELS, '')}")
+            lines.append(f"topology {other} {checks.enum(level, 'topology', TOPOLOGY_LEVELS, '')}")
     for other, entry in (d.get("p2p") or {}).items():
         if other == "*" or int(other) != index:
             statuses = " ".join(str(s) for s in _p2p_statuses(entry, "p2p"))

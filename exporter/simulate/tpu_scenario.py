@@ -12,22 +12,8 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .scenario import (
-    ScenarioError,
-    _boolean,
-    _check_keys_with,
-    _fail,
-    _int_check,
-    _integer,
-    _keys,
-    _list,
-    _mapping,
-    _number,
-    _signal_check,
-    _string,
-    check_counter,
-    normalize_pci_bus_id,
-)
+from . import checks
+from .checks import ScenarioError
 
 MAX_CHIPS = 64
 DEVICE_FILES = ("vfio", "accel")
@@ -40,54 +26,57 @@ LATENCY_KEYS = ("collective_e2e", "dcn_outbound", "dcn_inbound", "host_to_device
 WILDCARD = "*"
 
 _CHIP_CHECKS: dict[str, Callable[[Any, str], None]] = {
-    "pci_bus_id": normalize_pci_bus_id,
-    "numa_node": _int_check(hi=1024),
-    "hbm_total_bytes": _int_check(hi=2**50),
-    "hbm_used_bytes": _signal_check(),
-    "duty_cycle_percent": _signal_check(0, 100),
-    "hbm_bandwidth_percent": _signal_check(0, 100),
-    "tensorcore_utilization_percent": _signal_check(0, 100),
+    "pci_bus_id": checks.normalize_pci_bus_id,
+    "numa_node": checks.int_check(hi=1024),
+    "hbm_total_bytes": checks.int_check(hi=2**50),
+    "hbm_used_bytes": checks.signal_check(),
+    "duty_cycle_percent": checks.signal_check(0, 100),
+    "hbm_bandwidth_percent": checks.signal_check(0, 100),
+    "tensorcore_utilization_percent": checks.signal_check(0, 100),
 }
 CHIP_KEYS = tuple(_CHIP_CHECKS)
 
 
 def _check_latency(value: Any, path: str) -> None:
-    latency = _mapping(value, path)
-    _keys(latency, path, ("count", "latency_us"), required=("count", "latency_us"))
-    check_counter(latency["count"], f"{path}.count")
-    _signal_check(1, 1e12)(latency["latency_us"], f"{path}.latency_us")
+    latency = checks.mapping(value, path)
+    checks.keys(latency, path, ("count", "latency_us"), required=("count", "latency_us"))
+    checks.counter(latency["count"], f"{path}.count")
+    checks.signal_check(1, 1e12)(latency["latency_us"], f"{path}.latency_us")
 
 
 def _rule(value: Any, path: str) -> dict[str, Any]:
-    rule = _mapping(value, path)
-    _keys(rule, path, ("metric", "status", "from_s", "until_s"), required=("metric", "status"))
-    _string(rule["metric"], f"{path}.metric", 200)
+    rule = checks.mapping(value, path)
+    checks.keys(rule, path, ("metric", "status", "from_s", "until_s"),
+                required=("metric", "status"))
+    checks.string(rule["metric"], f"{path}.metric", 200)
     if rule["status"] not in STATUSES:
-        raise _fail(f"{path}.status", f"expected one of {', '.join(STATUSES)}, "
-                                      f"got {rule['status']!r}")
-    start = _number(rule.get("from_s", 0), f"{path}.from_s", lo=0)
+        raise checks.fail(f"{path}.status", f"expected one of {', '.join(STATUSES)}, "
+                                            f"got {rule['status']!r}")
+    start = checks.number(rule.get("from_s", 0), f"{path}.from_s", lo=0)
     until = rule.get("until_s")
-    if until is not None and _number(until, f"{path}.until_s", lo=0) <= start:
-        raise _fail(f"{path}.until_s", "must be after from_s")
+    if until is not None and checks.number(until, f"{path}.until_s", lo=0) <= start:
+        raise checks.fail(f"{path}.until_s", "must be after from_s")
     return {"metric": rule["metric"], "status": rule["status"], "from_s": start,
             "until_s": until}
 
 
 def _chips(section: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
-    defaults = _mapping(section.get("chip_defaults") or {}, f"{path}.chip_defaults")
-    _check_keys_with(defaults, f"{path}.chip_defaults", _CHIP_CHECKS)
-    chips_in = _list(section.get("chips", []), f"{path}.chips", MAX_CHIPS)
+    defaults = checks.mapping(section.get("chip_defaults") or {}, f"{path}.chip_defaults")
+    checks.keys_with(defaults, f"{path}.chip_defaults", _CHIP_CHECKS)
+    chips_in = checks.sequence(section.get("chips", []), f"{path}.chips", MAX_CHIPS)
     if not chips_in:
-        raise _fail(f"{path}.chips", "needs at least one chip")
+        raise checks.fail(f"{path}.chips", "needs at least one chip")
     chips, seen = [], {}
     for i, chip in enumerate(chips_in):
         where = f"{path}.chips[{i}]"
-        merged = {**copy.deepcopy(dict(defaults)), **copy.deepcopy(dict(_mapping(chip, where)))}
-        _check_keys_with(merged, where, _CHIP_CHECKS)
-        _keys(merged, where, CHIP_KEYS, required=("pci_bus_id", "hbm_total_bytes"))
-        merged["pci_bus_id"] = normalize_pci_bus_id(merged["pci_bus_id"], f"{where}.pci_bus_id")
+        merged = {**copy.deepcopy(dict(defaults)),
+                  **copy.deepcopy(dict(checks.mapping(chip, where)))}
+        checks.keys_with(merged, where, _CHIP_CHECKS)
+        checks.keys(merged, where, CHIP_KEYS, required=("pci_bus_id", "hbm_total_bytes"))
+        merged["pci_bus_id"] = checks.normalize_pci_bus_id(merged["pci_bus_id"],
+                                                           f"{where}.pci_bus_id")
         if merged["pci_bus_id"] in seen:
-            raise _fail(f"{where}.pci_bus_id", f"also used by {seen[merged['pci_bus_id']]}")
+            raise checks.fail(f"{where}.pci_bus_id", f"also used by {seen[merged['pci_bus_id']]}")
         seen[merged["pci_bus_id"]] = where
         chips.append(merged)
     return chips
@@ -105,41 +94,44 @@ def normalize_section(value: Any, path: str) -> dict[str, Any]:
     Raises:
         ScenarioError: naming the offending key (e.g. ``tpu.chips[3].duty_cycle_percent``).
     """
-    section = _mapping(value, path)
-    _keys(section, path, _TOP_KEYS, required=("chips",))
+    section = checks.mapping(value, path)
+    checks.keys(section, path, _TOP_KEYS, required=("chips",))
     out: dict[str, Any] = {
-        "accelerator_type": _string(section.get("accelerator_type", "v5litepod-8"),
-                                    f"{path}.accelerator_type", 64),
-        "slice_name": _string(section.get("slice_name", ""), f"{path}.slice_name", 128),
-        "worker_id": _integer(section.get("worker_id", 0), f"{path}.worker_id", hi=4096),
-        "topology": _string(section.get("topology", ""), f"{path}.topology", 32),
-        "pci_device_id": _string(section.get("pci_device_id", "0x0063"),
-                                 f"{path}.pci_device_id", 6),
-        "runtime_service": _boolean(section.get("runtime_service", True),
-                                    f"{path}.runtime_service"),
-        "device_plugin": _boolean(section.get("device_plugin", False), f"{path}.device_plugin"),
-        "device_plugin_model": _string(section.get("device_plugin_model", "tpu-v5-lite-podslice"),
-                                       f"{path}.device_plugin_model", 64),
-        "accelerator_id": _string(section.get("accelerator_id", "4804690994094478883"),
-                                  f"{path}.accelerator_id", 64),
+        "accelerator_type": checks.string(section.get("accelerator_type", "v5litepod-8"),
+                                          f"{path}.accelerator_type", 64),
+        "slice_name": checks.string(section.get("slice_name", ""), f"{path}.slice_name", 128),
+        "worker_id": checks.integer(section.get("worker_id", 0), f"{path}.worker_id", hi=4096),
+        "topology": checks.string(section.get("topology", ""), f"{path}.topology", 32),
+        "pci_device_id": checks.string(section.get("pci_device_id", "0x0063"),
+                                       f"{path}.pci_device_id", 6),
+        "runtime_service": checks.boolean(section.get("runtime_service", True),
+                                          f"{path}.runtime_service"),
+        "device_plugin": checks.boolean(section.get("device_plugin", False),
+                                        f"{path}.device_plugin"),
+        "device_plugin_model": checks.string(
+            section.get("device_plugin_model", "tpu-v5-lite-podslice"),
+            f"{path}.device_plugin_model", 64),
+        "accelerator_id": checks.string(section.get("accelerator_id", "4804690994094478883"),
+                                        f"{path}.accelerator_id", 64),
     }
     files = section.get("device_files", "vfio")
     if files not in DEVICE_FILES:
-        raise _fail(f"{path}.device_files", f'expected "vfio" or "accel", got {files!r}')
+        raise checks.fail(f"{path}.device_files", f'expected "vfio" or "accel", got {files!r}')
     out["device_files"] = files
     device_id = out["pci_device_id"]
     if not (device_id.startswith("0x") and len(device_id) == 6
             and all(c in "0123456789abcdef" for c in device_id[2:])):
-        raise _fail(f"{path}.pci_device_id", f'expected "0x" and 4 lowercase hex digits, '
-                                             f"got {device_id!r}")
-    unsupported = _list(section.get("unsupported_metrics", []), f"{path}.unsupported_metrics")
-    out["unsupported_metrics"] = [_string(name, f"{path}.unsupported_metrics[{i}]", 200)
+        raise checks.fail(f"{path}.pci_device_id", f'expected "0x" and 4 lowercase hex digits, '
+                                                   f"got {device_id!r}")
+    unsupported = checks.sequence(section.get("unsupported_metrics", []),
+                                  f"{path}.unsupported_metrics")
+    out["unsupported_metrics"] = [checks.string(name, f"{path}.unsupported_metrics[{i}]", 200)
                                   for i, name in enumerate(unsupported)]
-    out["errors"] = [_rule(rule, f"{path}.errors[{i}]")
-                     for i, rule in enumerate(_list(section.get("errors", []), f"{path}.errors"))]
+    rules = checks.sequence(section.get("errors", []), f"{path}.errors")
+    out["errors"] = [_rule(rule, f"{path}.errors[{i}]") for i, rule in enumerate(rules)]
     out["chips"] = _chips(section, path)
-    latencies = _mapping(section.get("latencies") or {}, f"{path}.latencies")
-    _keys(latencies, f"{path}.latencies", LATENCY_KEYS)
+    latencies = checks.mapping(section.get("latencies") or {}, f"{path}.latencies")
+    checks.keys(latencies, f"{path}.latencies", LATENCY_KEYS)
     for key, latency in latencies.items():
         _check_latency(latency, f"{path}.latencies.{key}")
     out["latencies"] = copy.deepcopy(dict(latencies))

@@ -16,7 +16,7 @@ import math
 from enum import IntEnum
 from typing import Any
 
-from ray_accel.exporter.simulate.scenario import normalize_pci_bus_id
+from ray_accel.exporter.simulate.checks import normalize_pci_bus_id
 from ray_accel.exporter.simulate.signals import counter_at, integral, value_at
 
 from . import amdsmi_wrapper
