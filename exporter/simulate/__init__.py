@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from .build import BuildError, build_library
+from .saved import SCENARIO_FILE_NAME, STATE_ENV
 from .scenario import ScenarioError, available_scenarios, load_scenario, render_state
 
 __all__ = [
@@ -49,11 +50,7 @@ __all__ = [
     "load_scenario",
 ]
 
-STATE_ENV = "RAY_ACCEL_FAKE_NVML_STATE"
 STATE_FILE_NAME = "fakenvml.state"
-# The expanded scenario and its epoch, beside the state file, so that other
-# processes (e.g. Ray workers opening simulated contexts) can change it too.
-SCENARIO_FILE_NAME = "scenario.json"
 LOCK_FILE_NAME = ".lock"
 # Holds the simulated `amdsmi` package: first on sys.path / PYTHONPATH when simulating.
 FAKE_AMDSMI_DIR = pathlib.Path(__file__).resolve().parent / "fake_amdsmi"

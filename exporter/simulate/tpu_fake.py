@@ -15,14 +15,12 @@ created once, at start.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import pathlib
 import shutil
 import tempfile
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping
 from concurrent import futures
@@ -35,6 +33,7 @@ from ..backends.tpu import proto
 from ..backends.tpu.chips import DEV_DIR_ENV, GOOGLE_PCI_VENDOR, SYSFS_DIR_ENV, find_chips
 from ..backends.tpu.device_plugin import ADDRESS_ENV
 from ..backends.tpu.runtime import PORTS_ENV
+from .saved import SavedScenario, scenario_time
 from .signals import counter_at, value_at
 from .tpu_scenario import WILDCARD
 
@@ -60,27 +59,15 @@ class _Scenario:
     """The saved scenario's ``tpu`` section and clock, re-read when the file changes."""
 
     def __init__(self, path: pathlib.Path) -> None:
-        self._path = path
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
-        self._document: dict[str, Any] = {}
+        self._saved = SavedScenario(path)
 
     def current(self) -> tuple[dict[str, Any], float]:
-        """(tpu section, scenario time t)."""
-        with self._lock:
-            try:
-                stat = self._path.stat()
-                stamp = (stat.st_mtime_ns, stat.st_ino)
-                if stamp != self._stamp:
-                    self._document = json.loads(self._path.read_text(encoding="utf-8"))
-                    self._stamp = stamp
-            except (OSError, ValueError):
-                pass  # keep the last good copy while the file is being replaced
-            document = self._document
-        scenario = document.get("scenario", {})
-        frozen = scenario.get("freeze_at_s")
-        t = float(frozen) if frozen is not None else time.time() - document.get("epoch", 0)
-        return scenario.get("tpu") or {}, t
+        """(tpu section, scenario time t); an empty section while there is none to read."""
+        try:
+            document = self._saved.document()
+        except (OSError, ValueError):
+            return {}, 0.0
+        return document.get("scenario", {}).get("tpu") or {}, scenario_time(document)
 
 
 def _gauge_metric(chip: int, value: float, as_int: bool) -> Any:

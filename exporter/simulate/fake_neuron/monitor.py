@@ -14,9 +14,9 @@ reporting (``silent``) or exit after some reports.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
+import pathlib
 import re
 import sys
 import time
@@ -25,6 +25,7 @@ from typing import Any
 
 from ..contexts import pid_alive
 from ..neuron_scenario import RUNTIME_GROUPS, SYSTEM_GROUPS
+from ..saved import SavedScenario, scenario_time
 from .reports import ReportBuilder
 
 SCENARIO_ENV = "RAY_ACCEL_FAKE_NEURON_SCENARIO"
@@ -60,19 +61,6 @@ def read_config(path: str | None) -> tuple[float, list[str], list[str], str | No
     return period, runtime_groups, system_groups, tag_filter
 
 
-def _load(path: str) -> tuple[float, dict[str, Any]]:
-    """(epoch, scenario) as SimulatedHardware saved them."""
-    with open(path, encoding="utf-8") as saved:
-        document = json.load(saved)
-    return document["epoch"], document["scenario"]
-
-
-def _scenario_time(epoch: float, scenario: dict[str, Any]) -> float:
-    t = time.time() - epoch
-    freeze = scenario.get("freeze_at_s")
-    return min(t, freeze) if freeze is not None else t
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs until killed (or until the scenario's faults make it exit)."""
     parser = argparse.ArgumentParser(prog="neuron-monitor")
@@ -83,20 +71,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not scenario_path:
         print(f"neuron-monitor (simulated): {SCENARIO_ENV} is not set", file=sys.stderr)
         return 2
+    saved = SavedScenario(pathlib.Path(scenario_path))
     try:
         period, runtime_groups, system_groups, tag_filter = read_config(args.config_file)
-        epoch, scenario = _load(scenario_path)
+        document = saved.document()
     except (OSError, ValueError, KeyError) as error:
         print(f"neuron-monitor (simulated): {error}", file=sys.stderr)
         return 2
-    builder = ReportBuilder(runtime_groups, system_groups, tag_filter,
-                            _scenario_time(epoch, scenario))
+    builder = ReportBuilder(runtime_groups, system_groups, tag_filter, scenario_time(document))
     reports = 0
     last = time.monotonic()
     while True:
-        with contextlib.suppress(OSError, ValueError, KeyError):  # keep the previous one
-            epoch, scenario = _load(scenario_path)
-        section = scenario.get("neuron")
+        document = saved.document()  # the last good copy while the file is being replaced
+        section = document.get("scenario", {}).get("neuron")
         if section is None:
             print("neuron-monitor (simulated): the scenario has no neuron section",
                   file=sys.stderr)
@@ -109,8 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         if not faults.get("silent"):
             now = time.monotonic()
-            report = builder.build(section, _scenario_time(epoch, scenario), now - last,
-                                   pid_alive)
+            report = builder.build(section, scenario_time(document), now - last, pid_alive)
             last = now
             lines = ['{"neuron_runtime_data": [{"pid": '] if faults.get("malformed_lines") else []
             lines.append(json.dumps(report, separators=(",", ":")))

@@ -10,9 +10,6 @@ handle, lost GPU, injected error.
 from __future__ import annotations
 
 import ctypes
-import json
-import os
-import pathlib
 import threading
 import time
 from collections.abc import Mapping
@@ -21,6 +18,12 @@ from typing import Any
 
 from ray_accel.exporter.simulate.amd_scenario import AMD, AMD_WILDCARD, AMDSMI_STATUS, vendor_of
 from ray_accel.exporter.simulate.contexts import pid_alive
+from ray_accel.exporter.simulate.saved import (
+    SavedScenario,
+    read_once,
+    saved_scenario_path,
+    scenario_time,
+)
 
 from .amdsmi_exception import (
     AmdSmiLibraryException,
@@ -29,9 +32,6 @@ from .amdsmi_exception import (
     AmdSmiTimeoutException,
 )
 
-STATE_ENV = "RAY_ACCEL_FAKE_NVML_STATE"
-SCENARIO_FILE_NAME = "scenario.json"
-_RECHECK_S = 0.01  # how often the scenario file is looked at for changes, at most
 _PARTITION_BITS = 8  # handle value = (AMD device ordinal + 1) << 8 | partition id
 _NO_MACHINE: Mapping[str, Any] = {"devices": [], "errors": [], "delays": []}
 
@@ -79,42 +79,21 @@ class Simulation:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._path: pathlib.Path | None = None
-        self._stat: tuple[int, int, int] | None = None
-        self._checked_at = 0.0
+        self._saved: SavedScenario | None = None
         self._document: dict[str, Any] = {}
         self.initialized = False
 
     # -- the scenario --------------------------------------------------------
 
-    @staticmethod
-    def scenario_path() -> pathlib.Path | None:
-        """Where the scenario of the simulated hardware is, from the environment."""
-        state = os.environ.get(STATE_ENV)
-        return pathlib.Path(state).parent / SCENARIO_FILE_NAME if state else None
-
     def _load(self) -> None:
-        """Reads the scenario if it changed; keeps the last good one on a failed read."""
-        if self._path is None:  # before amdsmi_init (amdsmi_get_lib_version needs none)
-            self._path = self.scenario_path()
-            if self._path is None:
+        """Takes the saved scenario as it is now (re-read if it changed)."""
+        if self._saved is None:  # before amdsmi_init (amdsmi_get_lib_version needs none)
+            path = saved_scenario_path()
+            if path is None:
                 self._document = {"epoch": time.time(), "scenario": _NO_MACHINE}
                 return
-        now = time.monotonic()
-        if self._stat is not None and now - self._checked_at < _RECHECK_S:
-            return
-        self._checked_at = now
-        try:
-            info = self._path.stat()
-            key = (info.st_ino, info.st_size, info.st_mtime_ns)
-            if key == self._stat:
-                return
-            self._document = json.loads(self._path.read_text(encoding="utf-8"))
-            self._stat = key
-        except (OSError, ValueError):
-            if self._stat is None:
-                raise
-            # the file is being replaced or vanished: keep answering from the last state
+            self._saved = SavedScenario(path)
+        self._document = self._saved.document()
 
     @property
     def scenario(self) -> Mapping[str, Any]:
@@ -122,8 +101,7 @@ class Simulation:
 
     def time(self) -> float:
         """Scenario time t: seconds since the epoch, or the frozen time."""
-        frozen = self.scenario.get("freeze_at_s")
-        return float(frozen) if frozen is not None else time.time() - self._document["epoch"]
+        return scenario_time(self._document)
 
     def amd_devices(self) -> list[tuple[int, Mapping[str, Any]]]:
         """(scenario index, device) of every AMD device."""
@@ -134,11 +112,11 @@ class Simulation:
     def init(self) -> None:
         """amdsmi_init: find the scenario; no scenario or no AMD device means no driver."""
         with self._lock:
-            path = self.scenario_path()
+            path = saved_scenario_path()
             if path is None:
                 raise library_error(AMDSMI_STATUS["DRIVER_NOT_LOADED"])
-            if path != self._path:
-                self._path, self._stat = path, None
+            if self._saved is None or path != self._saved.path:
+                self._saved = SavedScenario(path)
             try:
                 self._load()
             except (OSError, ValueError):
@@ -238,11 +216,5 @@ def not_supported() -> AmdSmiLibraryException:
 
 def import_failure() -> str | None:
     """The import failure the scenario simulates (``amdsmi_import_error``), if any."""
-    path = Simulation.scenario_path()
-    if path is None:
-        return None
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    document = read_once(saved_scenario_path()) or {}
     return document.get("scenario", {}).get("amdsmi_import_error")

@@ -10,30 +10,31 @@ initialised, valid handle, device lost, injected error, value defined.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import pathlib
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from ray_accel.exporter.simulate.gaudi_scenario import WILDCARD
+from ray_accel.exporter.simulate.saved import (
+    SavedScenario,
+    read_once,
+    saved_scenario_path,
+    scenario_time,
+)
 
 from .hlml_error import HLMLError
 from .pyhlml_types_generated import HLML_RETURN
 
 SCENARIO_ENV = "RAY_ACCEL_FAKE_PYHLML_SCENARIO"
-STATE_ENV = "RAY_ACCEL_FAKE_NVML_STATE"
-_RECHECK_S = 0.01  # how often the scenario file is looked at for changes, at most
 
 
 def scenario_path() -> pathlib.Path | None:
     """Where the simulated hardware's scenario is, from the environment."""
     if os.environ.get(SCENARIO_ENV):
         return pathlib.Path(os.environ[SCENARIO_ENV])
-    state = os.environ.get(STATE_ENV)
-    return pathlib.Path(state).parent / "scenario.json" if state else None
+    return saved_scenario_path()
 
 
 def error(name: str) -> HLMLError:
@@ -46,28 +47,14 @@ class Simulation:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._path: pathlib.Path | None = None
-        self._stat: tuple[int, int, int] | None = None
-        self._checked_at = 0.0
+        self._saved: SavedScenario | None = None
         self._document: dict[str, Any] = {}
         self.initialized = False
 
     def _load(self) -> None:
-        """Reads the scenario if it changed; keeps the last good one while it is replaced."""
-        now = time.monotonic()
-        if self._stat is not None and now - self._checked_at < _RECHECK_S:
-            return
-        self._checked_at = now
-        assert self._path is not None
-        try:
-            info = self._path.stat()
-            key = (info.st_ino, info.st_size, info.st_mtime_ns)
-            if key != self._stat:
-                self._document = json.loads(self._path.read_text(encoding="utf-8"))
-                self._stat = key
-        except (OSError, ValueError):
-            if self._stat is None:
-                raise
+        """Takes the saved scenario as it is now (re-read if it changed)."""
+        assert self._saved is not None
+        self._document = self._saved.document()
 
     @property
     def section(self) -> Mapping[str, Any]:
@@ -75,8 +62,7 @@ class Simulation:
 
     def time(self) -> float:
         """Scenario time t: seconds since the epoch, or the frozen time."""
-        frozen = self._document["scenario"].get("freeze_at_s")
-        return float(frozen) if frozen is not None else time.time() - self._document["epoch"]
+        return scenario_time(self._document)
 
     # -- life cycle ----------------------------------------------------------
 
@@ -84,10 +70,10 @@ class Simulation:
         """hlmlInit: without a gaudi section, libhlml.so "cannot be loaded"."""
         with self._lock:
             path = scenario_path()
-            if path != self._path:
-                self._path, self._stat = path, None
+            if self._saved is None or path != self._saved.path:
+                self._saved = SavedScenario(path) if path is not None else None
             try:
-                if path is None:
+                if self._saved is None:
                     raise OSError("no simulated hardware")
                 self._load()
                 section = self._document["scenario"].get("gaudi")
@@ -162,11 +148,5 @@ def not_supported() -> HLMLError:
 
 def import_failure() -> str | None:
     """The import failure the scenario simulates (``gaudi.import_error``), if any."""
-    path = scenario_path()
-    if path is None:
-        return None
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    document = read_once(scenario_path()) or {}
     return (document.get("scenario", {}).get("gaudi") or {}).get("import_error")
