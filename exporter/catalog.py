@@ -285,7 +285,8 @@ CATALOG: tuple[MetricSpec, ...] = (
            "0.5 for num_gpus=0.5), whether or not the worker uses it.", scope=Scope.PROCESS),
     _gauge(ALLOCATION_IDLE, "",
            "1 when the worker holds the device but shows no activity on it in the last "
-           "cycle (no context on the device, or none of its engines busy), else 0.",
+           "cycle (no context on the device, or none of its engines busy; where the vendor "
+           "lists no processes, as on Gaudi, the device itself idle), else 0.",
            scope=Scope.PROCESS),
     _gauge(PROCESS_MEMORY_USAGE, "By", "Device memory used by the process.", scope=Scope.PROCESS),
     _gauge(PROCESS_UTILIZATION, "1",

@@ -96,7 +96,9 @@ class DeviceSample:
 
     `up` is False when the device is lost or failing; its readings are then
     empty. `errors` maps a vendor function to the error it returned this cycle,
-    for the metrics that are absent because of it.
+    for the metrics that are absent because of it. `processes_listed` is False
+    where the vendor library cannot list the processes using a device (HLML):
+    an empty `processes` then says nothing about who uses it.
     """
 
     device: Device
@@ -107,6 +109,7 @@ class DeviceSample:
     processes: tuple[ProcessSample, ...] = ()
     links: tuple[Link, ...] = ()
     errors: Mapping[str, str] = field(default_factory=dict)
+    processes_listed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

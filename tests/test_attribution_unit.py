@@ -72,10 +72,10 @@ def test_fractional_holders_share_a_device():
     assert holders == {"GPU-2222-aaaa": (Holder(a, 0.5), Holder(b, 0.5))}
 
 
-def _sample(processes=(), util=0.0, up=True):
+def _sample(processes=(), util=0.0, up=True, listed=True):
     readings = (Reading(m.GPU_UTILIZATION, util, labels_of({"task": "general"})),)
     return DeviceSample(GPUS[0], up=up, taken_at=0.0, readings=readings if up else (),
-                        processes=tuple(processes))
+                        processes=tuple(processes), processes_listed=listed)
 
 
 def _proc(pid, sm=None):
@@ -97,6 +97,14 @@ def _proc(pid, sm=None):
 def test_idle_detection(processes, device_util, idle):
     holders = {GPUS[0].uuid: (Holder(RayIdentity(10), 1.0),)}
     (found,) = allocations(_sample(processes, device_util), holders)
+    assert found.idle is idle
+
+
+@pytest.mark.parametrize(("device_util", "idle"), [(0.7, False), (0.0, True)])
+def test_without_a_process_list_the_device_tells_idle_holders(device_util, idle):
+    # HLML (Gaudi) lists no processes: an empty list must not make every holder idle
+    holders = {GPUS[0].uuid: (Holder(RayIdentity(10), 1.0),)}
+    (found,) = allocations(_sample((), device_util, listed=False), holders)
     assert found.idle is idle
 
 

@@ -12,7 +12,8 @@ from importlib.metadata import entry_points
 import pytest
 
 from ray_accel.exporter import catalog as m
-from ray_accel.exporter.attribution.model import Grant, RayIdentity
+from ray_accel.exporter.attribution.join import allocations
+from ray_accel.exporter.attribution.model import Grant, Holder, RayIdentity
 from ray_accel.exporter.attribution.slots import assign_holders, slot_devices
 from ray_accel.exporter.backends.base import BackendUnavailable
 from ray_accel.exporter.backends.gaudi import GaudiBackend
@@ -308,6 +309,22 @@ def test_hpu_slots_are_module_ids_not_indices(open_gaudi):
                                               ("HPU", 1): devices[2].uuid}
     holders = assign_holders(devices, visible, [Grant(RayIdentity(pid=4242), "HPU", 1, 1.0)])
     assert list(holders) == [devices[2].uuid]
+
+
+def test_holders_are_judged_by_the_device_for_hlml_lists_no_processes(open_gaudi):
+    idle_card = {"uuid": uuid(1), "serial": "SN1", "pci_bus_id": "0000:1a:00.0",
+                 "module_id": MODULES[1], "utilization_percent": 0}
+    doc = gaudi_scenario()
+    doc["gaudi"]["devices"][1] = idle_card
+    backend, devices, _ = open_gaudi(doc)
+    holder = (Holder(RayIdentity(pid=4242), 1.0),)
+    idle = {}
+    for device in devices[:2]:
+        sample = backend.sample(device)
+        assert sample.up and sample.processes == () and not sample.processes_listed
+        (found,) = allocations(sample, {device.uuid: holder})
+        idle[device.index] = found.idle
+    assert idle == {"0": False, "1": True}  # busy card: not idle; idle card: idle
 
 
 def test_gaudi_sections_are_checked():

@@ -24,15 +24,15 @@ def _value(readings: tuple[Reading, ...], metric: str, **labels: str) -> float |
 
 
 def _busy(process: ProcessSample | None, sample: DeviceSample) -> bool:
-    if process is None:
+    if process is None and sample.processes_listed:
         return False  # assigned by Ray, but the worker never created a context here
-    sm = _value(process.readings, m.PROCESS_UTILIZATION, engine="sm")
+    sm = _value(process.readings, m.PROCESS_UTILIZATION, engine="sm") if process else None
     if sm is not None:
         return sm > 0
     device = _value(sample.readings, m.GPU_UTILIZATION, task="general")
-    # Without per-process figures, a context on a busy device counts as busy, and
-    # a context on a device that reports no utilization at all (MIG) cannot be
-    # called idle.
+    # Without per-process figures (or, on Gaudi, without a process list), a
+    # holder of a busy device counts as busy, and one of a device that reports
+    # no utilization at all (MIG) cannot be called idle.
     return device is None or device > 0
 
 

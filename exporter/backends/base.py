@@ -55,6 +55,7 @@ class DeviceReads:
     readings: tuple[Reading, ...] = ()
     links: tuple[Link, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
+    processes_listed: bool = True  # False: the vendor library cannot list them
 
 
 def sample_through_handle(
@@ -87,6 +88,7 @@ def sample_through_handle(
         processes=reads.processes,
         links=reads.links,
         errors={**calls.unsupported, **calls.cycle_errors},
+        processes_listed=reads.processes_listed,
     )
 
 

@@ -97,7 +97,7 @@ class GaudiBackend(Backend):
         for probe in PROBES:
             readings.extend(probe(tracked.calls, tracked.handle))
         links = read_ports(tracked.calls, tracked.handle, tracked.ports)
-        return DeviceReads(tuple(readings), links)
+        return DeviceReads(tuple(readings), links, processes_listed=False)
 
     # -- discovery -------------------------------------------------------------
 
