@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.set_defaults(run=_run_agent)
 
     demo = commands.add_parser(
-        "demo", help="run a Ray cluster and a workload on simulated GPUs, with the agent")
+        "demo", help="run a Ray cluster and a workload on simulated accelerators, with the agent")
     demo.add_argument("--scenario", default="hgx-h200",
                       help="simulated hardware: a shipped scenario name or a JSON file")
     demo.add_argument("--port", type=_bounded_number(int, 0, 65535, "--port"),
@@ -162,17 +162,17 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .demo.run import run
+    from .demo.run import run, workload_family
     from .simulate import ScenarioError, load_scenario
 
     try:
         scenario = load_scenario(args.scenario)
     except ScenarioError as error:
         parser.error(f"--scenario: {error}")
-    if not any(d.get("vendor", "nvidia") == "nvidia" for d in scenario["devices"]):
-        parser.error(f"--scenario: {scenario['name']} has no NVIDIA GPUs, and the demo's "
-                     "workload runs on GPUs; run `ray-accel agent --simulate "
-                     f"{scenario['name']}` to see its devices")
+    if workload_family(scenario) is None:
+        parser.error(f"--scenario: {scenario['name']} has no NVIDIA GPUs, TPU chips or "
+                     "NeuronCores for the demo's workload; run `ray-accel agent "
+                     f"--simulate {scenario['name']}` to see its devices")
     return run(args.scenario, args.port)
 
 

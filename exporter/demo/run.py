@@ -2,38 +2,76 @@
 
 It starts simulated hardware, a Ray head node on it (in a temp dir of its own,
 so it never touches another Ray cluster on the machine), the agent attributing
-to that node, and a small workload with one actor that holds a GPU and does
+to that node, and a small workload with one actor that holds a device and does
 nothing. Once the agent sees the workload it prints who holds which device,
 then serves until interrupted, and cleans everything up.
+
+The workload runs on the scenario's NVIDIA GPUs, or, on a node without them,
+on its TPU chips or NeuronCores (`--scenario tpu-v5e-8`, `trn1-32xl`). Gaudi
+cards are left out: HLML lists no processes, so a simulated card's load cannot
+follow the workload, and an idle holder of a card the scenario keeps busy would
+be shown busy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..agent import Agent, AgentConfig
 from ..model import NodeSnapshot
-from ..simulate import SimulatedHardware
+from ..simulate import ScenarioError, SimulatedHardware, load_scenario
 from ..simulate.contexts import for_real_processes
+from ..simulate.neuron_fake import driven_by_processes
 from .local_cluster import LocalRayCluster
+from .workload import ACCELERATORS
 
-EXPECTED_HOLDERS = 5  # trainer, idle holder, two half-GPU servers, one task
 READY_TIMEOUT_S = 240
 
 
-def _start_workload(cluster: LocalRayCluster, out: Path) -> subprocess.Popen:
+@dataclass(frozen=True)
+class WorkloadFamily:
+    """The devices of a scenario the demo's workload runs on."""
+
+    accelerator: str  # the workload's --accelerator
+    prepare: Callable[[Mapping[str, Any]], dict[str, Any]]  # scenario -> driven by the workload
+    resources: Callable[[Mapping[str, Any]], dict[str, int]]  # what `ray start` must be told
+
+
+_FAMILIES = {
+    "gpu": WorkloadFamily("gpu", for_real_processes, lambda doc: {}),  # Ray finds GPUs itself
+    "tpu": WorkloadFamily("tpu", load_scenario, lambda doc: {"TPU": len(doc["tpu"]["chips"])}),
+    "neuron": WorkloadFamily("neuron", driven_by_processes, lambda doc: {
+        "neuron_cores": doc["neuron"]["neuron_device_count"]
+        * doc["neuron"]["neuroncore_per_device_count"]}),
+}
+
+
+def workload_family(scenario: Mapping[str, Any]) -> WorkloadFamily | None:
+    """The devices of an expanded scenario the workload runs on: NVIDIA GPUs first."""
+    if any(d.get("vendor", "nvidia") == "nvidia" for d in scenario["devices"]):
+        return _FAMILIES["gpu"]
+    return next((family for section, family in _FAMILIES.items() if scenario.get(section)),
+                None)
+
+
+def _start_workload(cluster: LocalRayCluster, out: Path, accelerator: str) -> subprocess.Popen:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "driver.log", "w") as log:  # Ray's own chatter stays out of the demo
         return subprocess.Popen(
             [sys.executable, "-m", "ray_accel.exporter.demo.workload",
-             "--address", cluster.gcs_address, "--out", str(out)],
+             "--address", cluster.gcs_address, "--out", str(out),
+             "--accelerator", accelerator],
             env=cluster.env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             text=True,
         )
@@ -48,7 +86,7 @@ def holder_table(snapshot: NodeSnapshot) -> str:
     from ..attribution.join import allocations
     from ..catalog import GPU_UTILIZATION
 
-    rows = [f"{'GPU':<4}{'util':>6}  {'holder':<28}{'job':<10}{'share':>6}  state"]
+    rows = [f"{'dev':<4}{'util':>6}  {'holder':<28}{'job':<10}{'share':>6}  state"]
     for sample in snapshot.devices:
         util = next((r.value for r in sample.readings
                      if r.metric == GPU_UTILIZATION and r.labels == (("task", "general"),)), None)
@@ -64,27 +102,32 @@ def holder_table(snapshot: NodeSnapshot) -> str:
     return "\n".join(rows)
 
 
-async def _wait_for_workload(agent: Agent, stop: asyncio.Event) -> NodeSnapshot | None:
+async def _wait_for_workload(agent: Agent, stop: asyncio.Event,
+                             holders: int) -> NodeSnapshot | None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline and not stop.is_set():
         snapshot = agent.store.latest
-        if snapshot and sum(len(h) for h in snapshot.holders.values()) >= EXPECTED_HOLDERS:
+        # named: Ray's State API (which names tasks) may lag the raylet by a cycle
+        if snapshot and sum(1 for found in snapshot.holders.values() for h in found
+                            if h.identity.actor_class or h.identity.task_name) >= holders:
             return snapshot
         await asyncio.sleep(0.5)
     return None
 
 
-async def _serve(cluster: LocalRayCluster, port: int, out: Path) -> None:
+async def _serve(cluster: LocalRayCluster, port: int, out: Path,
+                 family: WorkloadFamily) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     agent = Agent(AgentConfig(port=port, ray_address=cluster.gcs_address))
     await agent.start()
-    workload = _start_workload(cluster, out)
+    workload = _start_workload(cluster, out, family.accelerator)
     try:
-        print("Waiting for the workload to start on the simulated GPUs...", flush=True)
-        snapshot = await _wait_for_workload(agent, stop)
+        print("Waiting for the workload to start on the simulated devices...", flush=True)
+        holders = ACCELERATORS[family.accelerator].holders()
+        snapshot = await _wait_for_workload(agent, stop, holders)
         if snapshot is not None:
             print(f"\nRay node {snapshot.attribution.node_id}, as the agent sees it:\n")
             print(holder_table(snapshot))
@@ -101,16 +144,27 @@ async def _serve(cluster: LocalRayCluster, port: int, out: Path) -> None:
 
 
 def run(scenario: str = "hgx-h200", port: int = 9478) -> int:
-    """Run the demo until interrupted; returns the exit code."""
-    with tempfile.TemporaryDirectory(prefix="ray-accel-demo-") as folder:
-        hardware = SimulatedHardware.start(for_real_processes(scenario),
-                                           state_dir=Path(folder) / "hardware")
-        hardware.activate()  # the agent in this process reads the same simulated GPUs
+    """Run the demo until interrupted; returns the exit code.
+
+    Raises:
+        ScenarioError: the scenario is invalid, or has no devices the workload runs on.
+    """
+    expanded = load_scenario(scenario)
+    family = workload_family(expanded)
+    if family is None:
+        raise ScenarioError(f"{expanded['name']} has no NVIDIA GPUs, TPU chips or NeuronCores "
+                            "for the demo's workload")
+    resources = family.resources(expanded)
+    with (tempfile.TemporaryDirectory(prefix="ray-accel-demo-") as folder,
+          SimulatedHardware.start(family.prepare(expanded),
+                                  state_dir=Path(folder) / "hardware") as hardware):
+        hardware.activate()  # the agent in this process reads the same simulated devices
         cluster = LocalRayCluster(prefix="ray-accel-demo-")
         try:
             print("Starting a Ray head node on the simulated hardware...", flush=True)
-            cluster.start_head(hardware.environ(), "--num-cpus=4")
-            asyncio.run(_serve(cluster, port, Path(folder) / "workload"))
+            cluster.start_head(hardware.environ(), "--num-cpus=4",
+                               *([f"--resources={json.dumps(resources)}"] if resources else []))
+            asyncio.run(_serve(cluster, port, Path(folder) / "workload", family))
         finally:
             print("Stopping the demo's Ray cluster...", flush=True)
             cluster.stop()
