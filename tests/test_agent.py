@@ -22,8 +22,9 @@ def by_index(samples) -> dict[str, float]:
 
 
 def test_demo_scenario_serves_eight_simulated_h200s():
-    with AgentProcess("--simulate", "hgx-h200", "--interval", "0.2") as agent:
-        agent.wait_for(lambda doc: len(doc["devices"]) == 8)
+    with AgentProcess("--simulate", "hgx-h200", "--interval", "0.5") as agent:
+        agent.wait_for(lambda doc: len(doc["devices"]) == 8
+                       and all(d["up"] for d in doc["devices"]))
         status, headers, body = agent.get("/metrics")
         assert status == 200 and headers["Content-Type"].startswith("text/plain")
         power = series(body, "hw_power_watts")
