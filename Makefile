@@ -61,7 +61,7 @@ bench: env system-deps
 	$(PY) bench/run.py
 
 soak: env system-deps
-	$(PY) -m pytest -m slow
+	$(PY) -m pytest -m slow -rP
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache frontend/node_modules
