@@ -59,7 +59,8 @@ class _Scenario:
     """The saved scenario's ``tpu`` section and clock, re-read when the file changes."""
 
     def __init__(self, path: pathlib.Path) -> None:
-        self._saved = SavedScenario(path)
+        # looked at on every request, so a change is served from the next call on
+        self._saved = SavedScenario(path, recheck_s=0)
 
     def current(self) -> tuple[dict[str, Any], float]:
         """(tpu section, scenario time t); an empty section while there is none to read."""

@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not scenario_path:
         print(f"neuron-monitor (simulated): {SCENARIO_ENV} is not set", file=sys.stderr)
         return 2
-    saved = SavedScenario(pathlib.Path(scenario_path))
+    saved = SavedScenario(pathlib.Path(scenario_path), recheck_s=0)  # each report sees changes
     try:
         period, runtime_groups, system_groups, tag_filter = read_config(args.config_file)
         document = saved.document()
