@@ -8,13 +8,11 @@ exercised. The actor opens a simulated Neuron runtime on the cores Ray gave it.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 from agent_process import AgentProcess
+from family_ray import driven_actor, family_head
 
 from ray_accel.exporter.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
@@ -51,30 +49,15 @@ def hardware(tmp_path_factory) -> Iterator[SimulatedHardware]:
 
 @pytest.fixture(scope="module")
 def cluster(hardware) -> Iterator[LocalRayCluster]:
-    local = LocalRayCluster(prefix="rn-")
-    try:
-        local.start_head({**hardware.environ(), "NEURON_RT_VISIBLE_CORES": ",".join(RAYLET_CORES)},
-                         "--num-cpus=2",
-                         f"--resources={json.dumps({'neuron_cores': len(RAYLET_CORES)})}")
+    with family_head(hardware, "rn-", "neuron_cores", "NEURON_RT_VISIBLE_CORES",
+                     RAYLET_CORES) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")
 def actor(cluster) -> Iterator[dict]:
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, cluster.gcs_address],
-                              env=cluster.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        line = ""
-        for line in driver.stdout:
-            if line.startswith("{"):
-                break
-        yield json.loads(line)
-    finally:
-        driver.stdin.close()
-        driver.wait(timeout=60)
+    with driven_actor(cluster, DRIVER) as reported:
+        yield reported
 
 
 def test_an_actor_holding_neuron_cores_is_shown_on_its_cores(cluster, hardware, actor):

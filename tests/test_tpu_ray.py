@@ -9,13 +9,11 @@ finds it through /proc/<pid>/fd.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 from agent_process import AgentProcess
+from family_ray import driven_actor, family_head
 
 from ray_accel.exporter.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
@@ -50,29 +48,14 @@ def hardware(tmp_path_factory) -> Iterator[SimulatedHardware]:
 
 @pytest.fixture(scope="module")
 def cluster(hardware) -> Iterator[LocalRayCluster]:
-    local = LocalRayCluster(prefix="rt-")
-    try:
-        local.start_head({**hardware.environ(), "TPU_VISIBLE_CHIPS": ",".join(RAYLET_CHIPS)},
-                         "--num-cpus=2", f"--resources={json.dumps({'TPU': len(RAYLET_CHIPS)})}")
+    with family_head(hardware, "rt-", "TPU", "TPU_VISIBLE_CHIPS", RAYLET_CHIPS) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")
 def actor(cluster) -> Iterator[dict]:
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, cluster.gcs_address],
-                              env=cluster.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        line = ""
-        for line in driver.stdout:
-            if line.startswith("{"):
-                break
-        yield json.loads(line)
-    finally:
-        driver.stdin.close()
-        driver.wait(timeout=60)
+    with driven_actor(cluster, DRIVER) as reported:
+        yield reported
 
 
 def test_an_actor_holding_tpu_chips_is_shown_on_its_chips(cluster, hardware, actor):
