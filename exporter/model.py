@@ -76,7 +76,9 @@ class Link:
 
     `facts` says what it connects to (version, remote_type, remote_pci_bus_id,
     peer_uuid); `rates` (direction -> bytes/s) are computed by the sampler from
-    two consecutive samples of the link's byte counters.
+    two consecutive samples of the link's byte counters. `counters_at` is when
+    the byte counters were read, where a backend reads them less often than
+    every cycle (Gaudi's NIC ports); None means with the rest of the sample.
     """
 
     link_type: str
@@ -84,6 +86,7 @@ class Link:
     readings: tuple[Reading, ...] = ()
     facts: Mapping[str, str] = field(default_factory=dict)
     rates: Mapping[str, float] = field(default_factory=dict)
+    counters_at: float | None = None
 
     def labels(self) -> dict[str, str]:
         """The labels that identify the link among its device's links."""

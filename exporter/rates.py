@@ -2,7 +2,8 @@
 
 Prometheus users compute rates with PromQL; the JSON snapshot carries them
 ready-made for the dashboard. A counter that went backwards (a driver reload,
-a reset) yields no rate rather than a negative one.
+a reset) yields no rate rather than a negative one. A link whose counters were
+not read again this cycle (`Link.counters_at` unchanged) keeps its last rates.
 """
 
 from __future__ import annotations
@@ -18,21 +19,35 @@ def _byte_counters(link: Link) -> dict[str, float]:
             for r in link.readings if r.metric == m.LINK_IO}
 
 
+def _read_at(link: Link, sample: DeviceSample) -> float:
+    return sample.taken_at if link.counters_at is None else link.counters_at
+
+
+def _rates(earlier: Link, earlier_at: float, link: Link, read_at: float) -> dict[str, float]:
+    if link.counters_at is not None and link.counters_at == earlier.counters_at:
+        return dict(earlier.rates)  # the same reading as last cycle
+    elapsed = read_at - earlier_at
+    if elapsed <= 0:
+        return {}
+    before = _byte_counters(earlier)
+    return {
+        direction: (value - before[direction]) / elapsed
+        for direction, value in _byte_counters(link).items()
+        if direction in before and value >= before[direction]
+    }
+
+
 def with_link_rates(previous: DeviceSample | None, current: DeviceSample) -> DeviceSample:
     """`current` with each link's bytes/s per direction since `previous`."""
     if previous is None or not current.links or not previous.links:
         return current
-    elapsed = current.taken_at - previous.taken_at
-    if elapsed <= 0:
-        return current
-    before = {(link.link_type, link.index): _byte_counters(link) for link in previous.links}
+    before = {(link.link_type, link.index): link for link in previous.links}
     links = []
     for link in current.links:
-        earlier = before.get((link.link_type, link.index), {})
-        rates = {
-            direction: (value - earlier[direction]) / elapsed
-            for direction, value in _byte_counters(link).items()
-            if direction in earlier and value >= earlier[direction]
-        }
+        earlier = before.get((link.link_type, link.index))
+        if earlier is None:
+            links.append(link)
+            continue
+        rates = _rates(earlier, _read_at(earlier, previous), link, _read_at(link, current))
         links.append(replace(link, rates=rates))
     return replace(current, links=tuple(links))

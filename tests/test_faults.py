@@ -106,6 +106,21 @@ def test_rates_never_go_negative(before, after, expected):
     assert dict(result.links[0].rates) == expected
 
 
+def _read_link(counters_at: float, transmitted: float, rates: dict | None = None) -> Link:
+    return Link("roce", 0, (Reading(m.LINK_IO, transmitted, labels_of({"direction": "transmit"})),),
+                rates=rates or {}, counters_at=counters_at)
+
+
+def test_rates_of_counters_read_less_often_than_each_cycle():
+    device = Device("intel", "0", "gaudi-x", "HL-225")
+    first = DeviceSample(device, True, 100.0, links=(_read_link(99.5, 1_000.0, {"transmit": 7.0}),))
+    again = DeviceSample(device, True, 101.0, links=(_read_link(99.5, 1_000.0),))
+    later = DeviceSample(device, True, 102.0, links=(_read_link(101.5, 5_000.0),))
+    kept = with_link_rates(first, again)
+    assert dict(kept.links[0].rates) == {"transmit": 7.0}  # not re-read: last rate kept, not 0
+    assert dict(with_link_rates(kept, later).links[0].rates) == {"transmit": 2_000.0}  # over 2 s
+
+
 @pytest.fixture(scope="module")
 def ray_node(tmp_path_factory):
     hardware = SimulatedHardware.start("l4-pcie", state_dir=tmp_path_factory.mktemp("hw"))

@@ -17,6 +17,8 @@ from ray_accel.exporter.attribution.model import Grant, Holder, RayIdentity
 from ray_accel.exporter.attribution.slots import assign_holders, slot_devices
 from ray_accel.exporter.backends.base import BackendUnavailable
 from ray_accel.exporter.backends.gaudi import GaudiBackend
+from ray_accel.exporter.backends.gaudi.nic import STATS_BUDGET_S
+from ray_accel.exporter.rates import with_link_rates
 from ray_accel.exporter.simulate import STATE_ENV, ScenarioError, SimulatedHardware, load_scenario
 from ray_accel.exporter.simulate.gaudi_fake import (
     FAKE_PYHLML_DIR,
@@ -167,7 +169,10 @@ def test_every_metric_in_base_units(open_gaudi):
 
 def test_roce_ports_are_links_with_state_and_byte_counters(open_gaudi):
     backend, devices, _ = open_gaudi(gaudi_scenario())
-    links = backend.sample(devices[0]).links
+    for _ in range(4):  # fast calls: one cycle reads every port's counters, unless it stalled
+        links = backend.sample(devices[0]).links
+        if all(link.counters_at for link in links):
+            break
     assert [(link.link_type, link.index) for link in links] == [("roce", p) for p in range(4)]
     assert [link.facts["remote_type"] for link in links] == ["gpu", "gpu", "gpu", "network"]
     for link in links:
@@ -175,6 +180,37 @@ def test_roce_ports_are_links_with_state_and_byte_counters(open_gaudi):
         assert found[(m.LINK_UP, ())] == (0 if link.index == 2 else 1)
         assert found[(m.LINK_IO, (("direction", "transmit"),))] == 5000
         assert found[(m.LINK_IO, (("direction", "receive"),))] == 6000
+
+
+def test_slow_nic_counters_are_read_in_turn_within_a_budget(open_gaudi):
+    """Statistics calls of 0.1 s, as on real cards: a cycle reads at most 3 of 8 ports."""
+    doc = gaudi_scenario(devices=1)
+    doc["freeze_at_s"] = None  # time runs: the counters grow 1 MB/s
+    doc["gaudi"]["device_defaults"]["nic"] = {
+        "ports": 8, "stats_latency_s": 0.1,
+        "tx_bytes": {"start": 0, "rate_per_s": 1_000_000}, "rx_bytes": 0}
+    backend, (device,), _ = open_gaudi(doc)
+    most = int(STATS_BUDGET_S / 0.1) + 1
+    previous, read_at, fresh_per_cycle = None, {}, []
+    for _ in range(12):
+        sample = with_link_rates(previous, backend.sample(device))
+        assert len(sample.links) == 8
+        assert all((m.LINK_UP, ()) in {(r.metric, r.labels) for r in link.readings}
+                   for link in sample.links)  # every port's state, every cycle
+        fresh = [link.index for link in sorted(sample.links, key=lambda k: k.counters_at or 0)
+                 if link.counters_at is not None and link.counters_at != read_at.get(link.index)]
+        fresh_per_cycle.append(fresh)
+        read_at.update({link.index: link.counters_at for link in sample.links})
+        for link in sample.links:
+            if link.rates:  # between real readings: never a repeated value's zero
+                assert link.rates["transmit"] == pytest.approx(1_000_000, rel=0.15)
+                assert link.rates["receive"] == 0
+        previous = sample
+    assert all(1 <= len(fresh) <= most for fresh in fresh_per_cycle)
+    order = [port for fresh in fresh_per_cycle for port in fresh]
+    assert order == [i % 8 for i in range(len(order))]  # in turn, each from where the last stopped
+    assert len(order) >= 12 and set(order) == set(range(8))
+    assert all(link.rates for link in previous.links)
 
 
 def test_values_follow_the_scenario_over_time(open_gaudi):
@@ -335,6 +371,10 @@ def test_gaudi_sections_are_checked():
     with pytest.raises(ScenarioError, match=r"gaudi\.device_defaults\.nic\.down\[0\]"):
         doc = gaudi_scenario()
         doc["gaudi"]["device_defaults"]["nic"]["down"] = [9]
+        load_scenario(doc)
+    with pytest.raises(ScenarioError, match=r"nic\.stats_latency_s: must be <= 1"):
+        doc = gaudi_scenario()
+        doc["gaudi"]["device_defaults"]["nic"]["stats_latency_s"] = 5
         load_scenario(doc)
     with pytest.raises(ScenarioError, match=r"gaudi\.errors\[0\]\.function: unknown pyhlml"):
         load_scenario(gaudi_scenario(errors=[{"function": "hlmlBogus", "code": 3}]))

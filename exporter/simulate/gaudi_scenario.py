@@ -76,7 +76,9 @@ _SECTION_KEYS = ("driver_version", "hlml_version", "nic_driver_version", "import
 
 def _check_nic(value: Any, path: str) -> None:
     nic = checks.mapping(value, path)
-    checks.keys(nic, path, ("ports", "external", "down", "tx_bytes", "rx_bytes"))
+    checks.keys(nic, path, ("ports", "external", "down", "tx_bytes", "rx_bytes",
+                            "stats_latency_s"))
+    checks.number(nic.get("stats_latency_s", 0), f"{path}.stats_latency_s", lo=0, hi=1)
     ports = checks.integer(nic.get("ports", 0), f"{path}.ports", hi=MAX_PORTS)
     for key in ("external", "down"):
         for i, port in enumerate(checks.sequence(nic.get(key, []), f"{path}.{key}", MAX_PORTS)):

@@ -22,7 +22,7 @@ from ...nics import nearest_nics
 from ..base import Backend, BackendUnavailable, DeviceReads, sample_through_handle
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number, text
 from .library import load_pyhlml, start_hlml
-from .nic import Port, ports_of, read_ports
+from .nic import PortReader, ports_of
 from .probes import PROBES
 
 UNKNOWN_MODEL = "unknown"
@@ -35,7 +35,7 @@ class _Tracked:
     device: Device
     handle: Any
     calls: DeviceCalls
-    ports: tuple[Port, ...] = ()
+    nic: PortReader = field(default_factory=lambda: PortReader(()))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -96,7 +96,7 @@ class GaudiBackend(Backend):
         readings: list[Reading] = []
         for probe in PROBES:
             readings.extend(probe(tracked.calls, tracked.handle))
-        links = read_ports(tracked.calls, tracked.handle, tracked.ports)
+        links = tracked.nic.read(tracked.calls, tracked.handle)
         return DeviceReads(tuple(readings), links, processes_listed=False)
 
     # -- discovery -------------------------------------------------------------
@@ -125,7 +125,7 @@ class GaudiBackend(Backend):
             calls.cycle_errors["discovery"] = str(down)
             device = Device(self.vendor, str(index), f"gaudi-index-{index}", UNKNOWN_MODEL)
             return _Tracked(device, None, calls)
-        return _Tracked(device, handle, calls, ports)
+        return _Tracked(device, handle, calls, PortReader(ports))
 
     def _identify(self, calls: DeviceCalls, handle: Any, index: int) -> Device:
         uuid = text(calls.call("hlmlDeviceGetUUID", handle))

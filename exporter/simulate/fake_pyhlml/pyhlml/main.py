@@ -6,6 +6,7 @@ simulated device at scenario time t.
 """
 
 import ctypes
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -376,6 +377,7 @@ def hlmlDeviceNicGetStatistics(device: ctypes.c_void_p, port: int,
                                num_of_counts: int | None = None) -> hlml_t.c_hlml_nic_stats_info:
     nic = _ports(SIMULATION.device("hlmlDeviceNicGetStatistics", device))
     number = _port(nic, port)
+    time.sleep(nic.get("stats_latency_s", 0))  # a firmware query on real cards
     info = hlml_t.c_hlml_nic_stats_info(number, num_of_counts)
     t = _now()
     for slot, (name, key) in enumerate(_NIC_COUNTERS):
