@@ -52,7 +52,7 @@ def _rss_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 
-@pytest.mark.timeout(9000)  # ~1.5 h on 2 cores: Ray gives each GPU task a new worker
+@pytest.mark.timeout(9000)  # ~2 h on 2 cores: Ray gives each GPU task a new worker
 def test_ten_thousand_short_gpu_tasks_keep_series_and_memory_bounded(tmp_path):
     hardware = SimulatedHardware.start(for_real_processes("hgx-h200"), state_dir=tmp_path / "hw")
     cluster = LocalRayCluster(prefix="sk-")
