@@ -33,8 +33,8 @@ def _holder_rows(output: list[str]) -> list[tuple[str, str]]:
     for line in output[start:]:
         if not line.strip():
             break
-        if "(not allocated)" not in line:
-            words = line.split()
+        words = line.split()
+        if not words[2].startswith("("):  # "(not allocated)", "(split into 2 parts)"
             rows.append((words[2], words[-1]))
     return rows
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,13 +87,17 @@ def holder_table(snapshot: NodeSnapshot) -> str:
     from ..attribution.join import allocations
     from ..catalog import GPU_UTILIZATION
 
+    parts = Counter(s.device.parent_uuid for s in snapshot.devices if s.device.parent_uuid)
     rows = [f"{'dev':<4}{'util':>6}  {'holder':<28}{'job':<10}{'share':>6}  state"]
     for sample in snapshot.devices:
         util = next((r.value for r in sample.readings
                      if r.metric == GPU_UTILIZATION and r.labels == (("task", "general"),)), None)
         found = allocations(sample, snapshot.holders)
         if not found:
-            rows.append(f"{sample.device.index:<4}{_percent(util):>6}  {'(not allocated)':<28}")
+            # Ray allocates a split device (MIG, NeuronCores) by its parts, listed on their own
+            split = parts.get(sample.device.uuid)
+            note = f"(split into {split} parts)" if split else "(not allocated)"
+            rows.append(f"{sample.device.index:<4}{_percent(util):>6}  {note:<28}")
         for allocation in found:
             who = allocation.holder.identity
             name = who.actor_class or who.task_name or f"pid {who.pid}"
