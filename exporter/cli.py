@@ -162,7 +162,7 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .demo.run import run, workload_family
+    from .demo.run import NO_WORKLOAD_DEVICES, run, workload_family
     from .simulate import ScenarioError, load_scenario
 
     try:
@@ -170,9 +170,8 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ScenarioError as error:
         parser.error(f"--scenario: {error}")
     if workload_family(scenario) is None:
-        parser.error(f"--scenario: {scenario['name']} has no NVIDIA GPUs, TPU chips or "
-                     "NeuronCores for the demo's workload; run `ray-accel agent "
-                     f"--simulate {scenario['name']}` to see its devices")
+        parser.error(f"--scenario: {scenario['name']} {NO_WORKLOAD_DEVICES}; run `ray-accel "
+                     f"agent --simulate {scenario['name']}` to see its devices")
     return run(args.scenario, args.port)
 
 

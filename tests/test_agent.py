@@ -127,12 +127,11 @@ def test_bad_arguments_are_refused_with_a_clear_message(args, message):
     assert message in result.stderr
 
 
-@pytest.mark.parametrize("scenario", ["mi300x-8", "gaudi2-8"])
-def test_demo_refuses_a_node_without_devices_for_its_workload(scenario):
+def test_demo_refuses_a_node_without_devices_for_its_workload():
     result = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "demo",
-                             "--scenario", scenario], capture_output=True, text=True, timeout=60)
+                             "--scenario", "mi300x-8"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert f"ray-accel agent --simulate {scenario}" in result.stderr
+    assert "ray-accel agent --simulate mi300x-8" in result.stderr
 
 
 def test_port_in_use_is_reported(tmp_path):

@@ -1,4 +1,4 @@
-"""`ray-accel demo` on a TPU host and on a Trainium node: the workload, the agent, the table."""
+"""`ray-accel demo` on a TPU host, a Trainium node and a Gaudi node: workload, agent, table."""
 
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ def _holder_rows(output: list[str]) -> list[tuple[str, str]]:
     return rows
 
 
-@pytest.mark.parametrize(("scenario", "trainer_devices"), [("tpu-v5e-8", 4), ("trn1-32xl", 4)])
-def test_the_demo_workload_runs_on_tpu_chips_and_neuroncores(scenario, trainer_devices):
+@pytest.mark.parametrize(("scenario", "trainer_devices"),
+                         [("tpu-v5e-8", 4), ("trn1-32xl", 4), ("gaudi2-8", 4)])
+def test_the_demo_workload_runs_on_tpu_chips_neuroncores_and_gaudi_cards(scenario,
+                                                                        trainer_devices):
     demo = subprocess.Popen(
         [sys.executable, "-m", "ray_accel.exporter.cli", "demo", "--scenario", scenario,
          "--port", "0"],

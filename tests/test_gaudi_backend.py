@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from ray_accel.exporter.simulate.gaudi_fake import (
     FAKE_PYHLML_DIR,
     SCENARIO_ENV,
     activate_fake_pyhlml,
+    driven_by_workloads,
 )
 
 GIB = 2**30
@@ -363,6 +365,33 @@ def test_holders_are_judged_by_the_device_for_hlml_lists_no_processes(open_gaudi
     assert idle == {"0": False, "1": True}  # busy card: not idle; idle card: idle
 
 
+def test_a_real_process_loads_the_cards_of_its_visible_modules(open_gaudi):
+    backend, devices, hardware = open_gaudi(driven_by_workloads(gaudi_scenario()))
+    by_module = {int(d.facts["module_id"]): d for d in devices}
+
+    def load(module: int) -> tuple[dict, dict]:
+        sample = backend.sample(by_module[module])
+        return values(sample, m.GPU_UTILIZATION), values(sample, m.MEMORY_USAGE)
+
+    assert load(3) == ({(("task", "general"),): 0.0}, {(): 0.0})
+    code = ("import sys; from ray_accel.exporter.simulate.gaudi_fake import open_modules; "
+            "print(open_modules(memory_bytes=2**30, utilization_percent=40), flush=True); "
+            "sys.stdin.readline()")
+    worker = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, **hardware.environ(), "HABANA_VISIBLE_MODULES": "3,0"})
+    try:
+        assert worker.stdout.readline().strip() == "[3, 0]"  # in HLML index order
+        time.sleep(0.05)  # the fake looks at the scenario file at most every 10 ms
+        for module in (3, 0):
+            assert load(module) == ({(("task", "general"),): 0.4}, {(): float(GIB)})
+        assert load(1) == ({(("task", "general"),): 0.0}, {(): 0.0})
+    finally:
+        worker.stdin.close()
+        worker.wait(timeout=30)
+    assert load(3) == ({(("task", "general"),): 0.0}, {(): 0.0})  # gone with the process
+
+
 def test_gaudi_sections_are_checked():
     with pytest.raises(ScenarioError, match=r"gaudi\.devices\[1\]\.module_id: 3 is also used"):
         load_scenario(gaudi_scenario(devices=2) | {"gaudi": {"devices": [
@@ -372,6 +401,8 @@ def test_gaudi_sections_are_checked():
         doc = gaudi_scenario()
         doc["gaudi"]["device_defaults"]["nic"]["down"] = [9]
         load_scenario(doc)
+    with pytest.raises(ScenarioError, match=r"gaudi\.workloads\[0\]\.modules\[0\]: no card"):
+        load_scenario(gaudi_scenario(workloads=[{"pid": 10, "modules": [7]}]))
     with pytest.raises(ScenarioError, match=r"nic\.stats_latency_s: must be <= 1"):
         doc = gaudi_scenario()
         doc["gaudi"]["device_defaults"]["nic"]["stats_latency_s"] = 5

@@ -7,10 +7,10 @@ nothing. Once the agent sees the workload it prints who holds which device,
 then serves until interrupted, and cleans everything up.
 
 The workload runs on the scenario's NVIDIA GPUs, or, on a node without them,
-on its TPU chips or NeuronCores (`--scenario tpu-v5e-8`, `trn1-32xl`). Gaudi
-cards are left out: HLML lists no processes, so a simulated card's load cannot
-follow the workload, and an idle holder of a card the scenario keeps busy would
-be shown busy.
+on its TPU chips, NeuronCores or Gaudi cards (`--scenario tpu-v5e-8`,
+`trn1-32xl`, `gaudi2-8`). Those devices start idle and empty where their
+vendor library would show a workload (NVIDIA, Neuron, Gaudi), so the idle
+holder's device is seen idle.
 """
 
 from __future__ import annotations
@@ -33,11 +33,14 @@ from ..agent import Agent, AgentConfig
 from ..model import NodeSnapshot
 from ..simulate import ScenarioError, SimulatedHardware, load_scenario
 from ..simulate.contexts import for_real_processes
+from ..simulate.gaudi_fake import driven_by_workloads
 from ..simulate.neuron_fake import driven_by_processes
 from .local_cluster import LocalRayCluster
 from .workload import ACCELERATORS
 
 READY_TIMEOUT_S = 240
+NO_WORKLOAD_DEVICES = ("has no NVIDIA GPUs, TPU chips, NeuronCores or Gaudi cards for the "
+                       "demo's workload")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ _FAMILIES = {
     "neuron": WorkloadFamily("neuron", driven_by_processes, lambda doc: {
         "neuron_cores": doc["neuron"]["neuron_device_count"]
         * doc["neuron"]["neuroncore_per_device_count"]}),
+    "gaudi": WorkloadFamily("hpu", driven_by_workloads,
+                            lambda doc: {"HPU": len(doc["gaudi"]["devices"])}),
 }
 
 
@@ -157,8 +162,7 @@ def run(scenario: str = "hgx-h200", port: int = 9478) -> int:
     expanded = load_scenario(scenario)
     family = workload_family(expanded)
     if family is None:
-        raise ScenarioError(f"{expanded['name']} has no NVIDIA GPUs, TPU chips or NeuronCores "
-                            "for the demo's workload")
+        raise ScenarioError(f"{expanded['name']} {NO_WORKLOAD_DEVICES}")
     resources = family.resources(expanded)
     with (tempfile.TemporaryDirectory(prefix="ray-accel-demo-") as folder,
           SimulatedHardware.start(family.prepare(expanded),

@@ -8,11 +8,12 @@ input, one per line, until it is closed:
 - `kill ROLE`: kill that actor (e.g. `kill idle`) and report its pid as gone;
 - `burst N SECONDS`: run N short device tasks of SECONDS each, then report `burst-done`.
 
-`--accelerator` picks the devices (`gpu` by default; `tpu`, `neuron`). Every
-device user starts using its devices the way the simulated vendor library sees
-it: a GPU user opens a simulated CUDA context, a TPU user opens its chips'
-device files, a Neuron user starts a simulated Neuron runtime on its
-NeuronCores. The idle holder never does.
+`--accelerator` picks the devices (`gpu` by default; `tpu`, `neuron`, `hpu`).
+Every device user starts using its devices the way the simulated vendor
+library sees it: a GPU user opens a simulated CUDA context, a TPU user opens
+its chips' device files, a Neuron user starts a simulated Neuron runtime on
+its NeuronCores, a Gaudi user loads its cards (HLML sees the load, not the
+process). The idle holder never does.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def _use_neuron_cores(memory_bytes: int, busy_percent: int, memory_busy_percent:
     open_runtime(memory_bytes=memory_bytes, utilization_percent=busy_percent)
 
 
+def _use_gaudi_cards(memory_bytes: int, busy_percent: int, memory_busy_percent: int) -> None:
+    from ..simulate.gaudi_fake import open_modules
+
+    open_modules(memory_bytes=memory_bytes, utilization_percent=busy_percent)
+
+
 @dataclass(frozen=True)
 class Accelerator:
     """How the workload asks Ray for one kind of device and uses what it gets."""
@@ -84,6 +91,7 @@ ACCELERATORS = {
     "gpu": Accelerator("GPU", _use_gpus, 1, fractional=True),
     "tpu": Accelerator("TPU", _use_tpu_chips, 4, fractional=False),
     "neuron": Accelerator("neuron_cores", _use_neuron_cores, 4, fractional=False),
+    "hpu": Accelerator("HPU", _use_gaudi_cards, 4, fractional=False),
 }
 
 

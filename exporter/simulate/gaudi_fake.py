@@ -4,24 +4,31 @@ The fake runs in the process that imports it: there is nothing to start. It
 needs its folder first on the import path and the saved scenario's location
 (which `SimulatedHardware` rewrites on every `update`/`modify`; the fake
 re-reads it when it changes).
+
+HLML lists no processes, so real processes (e.g. Ray workers holding ``HPU``)
+make their cards busy by calling `open_modules()`: it adds their load to the
+cards of their HABANA_VISIBLE_MODULES for as long as they live.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import pathlib
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any
 
-if TYPE_CHECKING:
-    from . import SimulatedHardware
+from . import SimulatedHardware, load_scenario
+from .contexts import pid_alive
 
 # Holds the simulated `pyhlml` package.
 FAKE_PYHLML_DIR = pathlib.Path(__file__).resolve().parent / "fake_pyhlml"
 # Where the fake reads the scenario (see fake_pyhlml/pyhlml/_simulation.py).
 SCENARIO_ENV = "RAY_ACCEL_FAKE_PYHLML_SCENARIO"
 MODULE = "pyhlml"
+VISIBLE_MODULES_ENV = "HABANA_VISIBLE_MODULES"  # what Ray sets for a worker holding HPUs
 
 
 def activate_fake_pyhlml() -> None:
@@ -70,3 +77,43 @@ class GaudiFake:
 def start(hardware: SimulatedHardware) -> GaudiFake:
     """The fake for `hardware` (whose scenario has a ``gaudi`` section)."""
     return GaudiFake(hardware.scenario_path)
+
+
+def open_modules(memory_bytes: int = 0, utilization_percent: float = 0.0) -> list[int]:
+    """Make this process's cards busy until it exits; returns their module ids.
+
+    The cards are those of HABANA_VISIBLE_MODULES (module ids, as Ray sets
+    it for a worker holding ``HPU``); with it unset, every card. Each gets
+    `memory_bytes` more memory in use and `utilization_percent` more load.
+    """
+    hardware = SimulatedHardware.attach()
+    visible = os.environ.get(VISIBLE_MODULES_ENV)
+    placed: list[int] = []
+
+    def add(scenario: dict[str, Any]) -> None:
+        section = scenario.get("gaudi")
+        if section is None:
+            return
+        modules = [d["module_id"] for d in section["devices"]]
+        if visible is not None:
+            wanted = {int(m) for m in visible.split(",") if m.strip().isdigit()}
+            modules = [m for m in modules if m in wanted]
+        kept = [w for w in section.get("workloads") or () if w["pid"] != os.getpid()
+                and (not w["while_alive"] or pid_alive(w["pid"]))]
+        if modules:
+            kept.append({"pid": os.getpid(), "modules": modules,
+                         "utilization_percent": utilization_percent,
+                         "memory_bytes": int(memory_bytes), "while_alive": True})
+        section["workloads"] = kept
+        placed[:] = modules
+
+    hardware.modify(add)
+    return placed
+
+
+def driven_by_workloads(scenario: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """A scenario whose Gaudi cards are idle and empty but for the processes of `open_modules`."""
+    document = copy.deepcopy(load_scenario(scenario))
+    for device in (document.get("gaudi") or {}).get("devices", ()):
+        device.update(utilization_percent=0, memory_utilization_percent=0, memory_used_bytes=0)
+    return load_scenario(document)

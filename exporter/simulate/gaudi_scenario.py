@@ -71,7 +71,9 @@ PYHLML_FUNCTIONS: tuple[str, ...] = (
 )
 
 _SECTION_KEYS = ("driver_version", "hlml_version", "nic_driver_version", "import_error",
-                 "init_error", "device_defaults", "devices", "errors", "unsupported")
+                 "init_error", "device_defaults", "devices", "errors", "unsupported",
+                 "workloads")
+_WORKLOAD_KEYS = ("pid", "modules", "utilization_percent", "memory_bytes", "while_alive")
 
 
 def _check_nic(value: Any, path: str) -> None:
@@ -198,6 +200,31 @@ def _normalize_errors(rules: Any, path: str, count: int) -> list[dict[str, Any]]
     return out
 
 
+def _normalize_workloads(value: Any, path: str, modules: Sequence[int]) -> list[dict[str, Any]]:
+    """Processes using cards (HLML cannot see them): they add load to their modules' cards."""
+    out = []
+    for i, workload in enumerate(checks.sequence(value, path)):
+        where = f"{path}[{i}]"
+        checks.keys(checks.mapping(workload, where), where, _WORKLOAD_KEYS,
+                    required=("pid", "modules"))
+        used = checks.sequence(workload["modules"], f"{where}.modules", MAX_DEVICES)
+        for j, module in enumerate(used):
+            checks.integer(module, f"{where}.modules[{j}]", hi=2**32 - 1)
+            if module not in modules:
+                raise checks.fail(f"{where}.modules[{j}]", f"no card has module id {module}")
+        out.append({
+            "pid": checks.integer(workload["pid"], f"{where}.pid", lo=1, hi=2**31 - 1),
+            "modules": list(used),
+            "utilization_percent": checks.number(workload.get("utilization_percent", 0),
+                                                 f"{where}.utilization_percent", lo=0, hi=100),
+            "memory_bytes": checks.integer(workload.get("memory_bytes", 0),
+                                           f"{where}.memory_bytes", hi=2**64 - 1),
+            "while_alive": checks.boolean(workload.get("while_alive", False),
+                                          f"{where}.while_alive"),
+        })
+    return out
+
+
 def _check_unique(devices: Sequence[Mapping[str, Any]], path: str) -> None:
     for key in ("uuid", "pci_bus_id", "module_id"):
         seen: dict[Any, int] = {}
@@ -252,6 +279,8 @@ def normalize_section(value: Any, path: str) -> dict[str, Any]:
         errors.append({"function": _function(name, f"{path}.unsupported[{i}]"), "device": None,
                        "code": HLML_RETURN["NOT_SUPPORTED"], "from_s": 0.0, "until_s": None})
     out["errors"] = errors
+    out["workloads"] = _normalize_workloads(section.get("workloads") or [], f"{path}.workloads",
+                                            [d["module_id"] for d in devices])
     return out
 
 

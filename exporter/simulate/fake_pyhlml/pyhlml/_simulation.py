@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ray_accel.exporter.simulate.contexts import pid_alive
 from ray_accel.exporter.simulate.gaudi_scenario import WILDCARD
 from ray_accel.exporter.simulate.saved import (
     SavedScenario,
@@ -100,6 +101,13 @@ class Simulation:
         """The scenario device a handle names, after the checks every device call makes."""
         with self._lock:
             return self._enter(function, handle)
+
+    def workloads_on(self, device: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The live ``gaudi.workloads`` using this card (by its module id)."""
+        with self._lock:
+            workloads = list(self.section.get("workloads") or ())
+        return [w for w in workloads if device.get("module_id") in w["modules"]
+                and (not w["while_alive"] or pid_alive(w["pid"]))]
 
     def devices(self) -> list[Mapping[str, Any]]:
         with self._lock:

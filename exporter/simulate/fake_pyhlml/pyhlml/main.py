@@ -84,6 +84,11 @@ def _signal(device: Mapping[str, Any], key: str) -> float:
     return value_at(_required(device, key), _now())
 
 
+def _with_workloads(device: Mapping[str, Any], key: str, value: float) -> float:
+    """`value` plus what the card's live workloads add to `key` (HLML cannot see them)."""
+    return value + sum(w[key] for w in SIMULATION.workloads_on(device))
+
+
 def _counter(device: Mapping[str, Any], key: str) -> int:
     return counter_at(_required(device, key), _now())
 
@@ -220,7 +225,8 @@ def hlmlDeviceGetHLRevision(device: ctypes.c_void_p) -> int:
 def hlmlDeviceGetUtilizationRates(device: ctypes.c_void_p) -> hlml_t.c_hlml_utilization:
     found = SIMULATION.device("hlmlDeviceGetUtilizationRates", device)
     rates = hlml_t.c_hlml_utilization()
-    rates.aip = round(_signal(found, "utilization_percent"))
+    busy = _with_workloads(found, "utilization_percent", _signal(found, "utilization_percent"))
+    rates.aip = round(min(busy, 100))
     if found.get("memory_utilization_percent") is not None:
         rates.memory = round(_signal(found, "memory_utilization_percent"))
     return rates
@@ -229,7 +235,8 @@ def hlmlDeviceGetUtilizationRates(device: ctypes.c_void_p) -> hlml_t.c_hlml_util
 def hlmlDeviceGetMemoryInfo(device: ctypes.c_void_p) -> hlml_t.c_hlml_memory:
     found = SIMULATION.device("hlmlDeviceGetMemoryInfo", device)
     total = int(_required(found, "memory_total_bytes"))
-    used = min(int(_signal(found, "memory_used_bytes")), total)
+    used = min(int(_with_workloads(found, "memory_bytes", _signal(found, "memory_used_bytes"))),
+               total)
     memory = hlml_t.c_hlml_memory()
     memory.total, memory.used, memory.free = total, used, total - used
     return memory
