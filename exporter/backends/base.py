@@ -7,8 +7,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ..model import Device, DeviceSample, Link, ProcessSample, Reading
 
@@ -140,3 +141,45 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the vendor library."""
+
+
+@dataclass
+class HandleDevice:
+    """A discovered device, its vendor handle (None if lost before discovery) and call state.
+
+    `lock` keeps the device's calls to one thread at a time.
+    """
+
+    device: Device
+    handle: Any
+    calls: CallErrors
+    lock: threading.Lock = field(default_factory=threading.Lock, kw_only=True)
+
+
+Tracked = TypeVar("Tracked", bound=HandleDevice)
+
+
+class HandleBackend(Backend, Generic[Tracked]):
+    """A backend that reads each device through a handle its vendor library gave it.
+
+    Subclasses fill `_tracked` (device uuid -> HandleDevice) and `_facts` in
+    `open()` and read one device's values in `_read()`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tracked: dict[str, Tracked] = {}
+        self._facts: dict[str, str] = {}
+
+    def facts(self) -> Mapping[str, str]:
+        return dict(self._facts)
+
+    def sample(self, device: Device) -> DeviceSample:
+        tracked = self._tracked[device.uuid]
+        with tracked.lock:
+            return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
+                                         partial(self._read, tracked))
+
+    @abc.abstractmethod
+    def _read(self, tracked: Tracked) -> DeviceReads:
+        """This cycle's values of a device that has a handle; raises DeviceDown if lost."""

@@ -12,15 +12,13 @@ the way NVIDIA MIG instances do.
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from types import ModuleType
 from typing import Any
 
-from ...model import Device, DeviceSample, Link, Reading
-from ..base import Backend, BackendUnavailable, DeviceReads, sample_through_handle
+from ...model import Device, Link, Reading
+from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number
 from .interconnect import bus_key, read_xgmi
 from .library import load_amdsmi
@@ -42,15 +40,12 @@ def _text(value: Any) -> str:
 
 
 @dataclass
-class _Tracked:
+class _Tracked(HandleDevice):
     """A discovered logical GPU with its handle and per-device call state."""
 
-    device: Device
-    handle: Any
     calls: DeviceCalls
     board: bool = True  # answers board-level queries: a physical GPU
     engines: EngineClock = field(default_factory=EngineClock)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,7 @@ class _Identity:
     facts: dict[str, str]
 
 
-class AmdBackend(Backend):
+class AmdBackend(HandleBackend[_Tracked]):
     """Reads AMD GPUs, and their compute partitions, through amdsmi."""
 
     name = BACKEND_NAME
@@ -71,9 +66,7 @@ class AmdBackend(Backend):
     def __init__(self) -> None:
         super().__init__()
         self._library: ModuleType | None = None
-        self._tracked: dict[str, _Tracked] = {}
         self._uuid_by_bus: dict[str, str] = {}
-        self._facts: dict[str, str] = {}
 
     def open(self) -> Sequence[Device]:
         library = load_amdsmi()
@@ -93,15 +86,6 @@ class AmdBackend(Backend):
         self._discover(library, handles)
         self._read_topology(library)
         return [t.device for t in self._tracked.values()]
-
-    def facts(self) -> Mapping[str, str]:
-        return dict(self._facts)
-
-    def sample(self, device: Device) -> DeviceSample:
-        tracked = self._tracked[device.uuid]
-        with tracked.lock:
-            return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
-                                         partial(self._read, tracked))
 
     def close(self) -> None:
         library, self._library = self._library, None

@@ -10,16 +10,14 @@ from Ray's own allocation. Its RoCE ports are the device's links.
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from types import ModuleType
 from typing import Any
 
-from ...model import Device, DeviceSample, Reading
+from ...model import Device, Reading
 from ...nics import nearest_nics
-from ..base import Backend, BackendUnavailable, DeviceReads, sample_through_handle
+from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number, text
 from .library import load_pyhlml, start_hlml
 from .nic import PortReader, ports_of
@@ -29,21 +27,18 @@ UNKNOWN_MODEL = "unknown"
 
 
 @dataclass
-class _Tracked:
+class _Tracked(HandleDevice):
     """A discovered device with its handle and per-device call state."""
 
-    device: Device
-    handle: Any
     calls: DeviceCalls
     nic: PortReader = field(default_factory=lambda: PortReader(()))
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _bus_id(info: Any) -> str:
     return text(getattr(info, "bus_id", b"")).lower()
 
 
-class GaudiBackend(Backend):
+class GaudiBackend(HandleBackend[_Tracked]):
     """Reads Intel Gaudi devices through pyhlml."""
 
     name = BACKEND_NAME
@@ -52,8 +47,6 @@ class GaudiBackend(Backend):
     def __init__(self) -> None:
         super().__init__()
         self._library: ModuleType | None = None
-        self._tracked: dict[str, _Tracked] = {}
-        self._facts: dict[str, str] = {}
 
     def open(self) -> Sequence[Device]:
         library = load_pyhlml()
@@ -73,15 +66,6 @@ class GaudiBackend(Backend):
             tracked = self._discover(library, index)
             self._tracked[tracked.device.uuid] = tracked
         return [t.device for t in self._tracked.values()]
-
-    def facts(self) -> Mapping[str, str]:
-        return dict(self._facts)
-
-    def sample(self, device: Device) -> DeviceSample:
-        tracked = self._tracked[device.uuid]
-        with tracked.lock:
-            return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
-                                         partial(self._read, tracked))
 
     def close(self) -> None:
         library, self._library = self._library, None
@@ -125,7 +109,7 @@ class GaudiBackend(Backend):
             calls.cycle_errors["discovery"] = str(down)
             device = Device(self.vendor, str(index), f"gaudi-index-{index}", UNKNOWN_MODEL)
             return _Tracked(device, None, calls)
-        return _Tracked(device, handle, calls, PortReader(ports))
+        return _Tracked(device, handle, calls, nic=PortReader(ports))
 
     def _identify(self, calls: DeviceCalls, handle: Any, index: int) -> Device:
         uuid = text(calls.call("hlmlDeviceGetUUID", handle))

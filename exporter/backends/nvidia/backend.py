@@ -7,19 +7,17 @@ unlike Ray's reporter, which initialises and shuts NVML down on every poll.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 import pynvml
 
 from ... import catalog as m
-from ...model import Device, DeviceSample, Link, Reading, labels_of
+from ...model import Device, Link, Reading, labels_of
 from ...nics import nearest_nics
-from ..base import Backend, BackendUnavailable, DeviceReads, sample_through_handle
+from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown
 from .interconnect import LinkLayout, discover_nvlinks, pcie_max_readings, read_links
 from .probes import DEVICE_PROBES, DeviceState, processes
@@ -38,18 +36,15 @@ def _text(value: str | bytes) -> str:
 
 
 @dataclass
-class _Tracked:
+class _Tracked(HandleDevice):
     """A discovered device with its handle and per-device call state."""
 
-    device: Device
-    handle: Any
     calls: DeviceCalls
     state: DeviceState = field(default_factory=DeviceState)
-    lock: threading.Lock = field(default_factory=threading.Lock)
     links: LinkLayout | None = None  # physical GPUs only
 
 
-class NvidiaBackend(Backend):
+class NvidiaBackend(HandleBackend[_Tracked]):
     """Reads NVIDIA GPUs and MIG instances through NVML."""
 
     name = BACKEND_NAME
@@ -59,8 +54,6 @@ class NvidiaBackend(Backend):
         """`clock` times the reuse of slow calls' answers (see calls.py)."""
         super().__init__()
         self._clock = clock
-        self._tracked: dict[str, _Tracked] = {}
-        self._facts: dict[str, str] = {}
         self._xid: XidWatcher | None = None
         self._initialised = False
 
@@ -81,15 +74,6 @@ class NvidiaBackend(Backend):
         self._xid = XidWatcher(physical)
         self._xid.start()
         return [t.device for t in self._tracked.values()]
-
-    def facts(self) -> Mapping[str, str]:
-        return dict(self._facts)
-
-    def sample(self, device: Device) -> DeviceSample:
-        tracked = self._tracked[device.uuid]
-        with tracked.lock:
-            return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
-                                         partial(self._read, tracked))
 
     def close(self) -> None:
         if self._xid is not None:
