@@ -77,8 +77,10 @@ class Link:
     `facts` says what it connects to (version, remote_type, remote_pci_bus_id,
     peer_uuid); `rates` (direction -> bytes/s) are computed by the sampler from
     two consecutive samples of the link's byte counters. `counters_at` is when
-    the byte counters were read, where a backend reads them less often than
-    every cycle (Gaudi's NIC ports); None means with the rest of the sample.
+    the byte counters were read (wall clock), where the backend knows: rates
+    then span the time between two readings, and a link whose counters were
+    not read again (Gaudi's NIC ports, read in turn) keeps its last rates.
+    None: read at the sample's `taken_at`.
     """
 
     link_type: str

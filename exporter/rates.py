@@ -2,8 +2,10 @@
 
 Prometheus users compute rates with PromQL; the JSON snapshot carries them
 ready-made for the dashboard. A counter that went backwards (a driver reload,
-a reset) yields no rate rather than a negative one. A link whose counters were
-not read again this cycle (`Link.counters_at` unchanged) keeps its last rates.
+a reset) yields no rate rather than a negative one. Where a backend stamps
+when it read a link's counters (`Link.counters_at`), the rate spans the time
+between the two readings, so a sample that started late does not skew it; a
+link whose counters were not read again this cycle keeps its last rates.
 """
 
 from __future__ import annotations

@@ -146,6 +146,8 @@ def test_xgmi_links_with_peers_and_counters(open_amd):
     assert got[("xgmi", 0)][(m.LINK_IO, (("direction", "receive"),))] == 2000 * 1024
     assert got[("xgmi", 0)][(m.LINK_UP, ())] == 1
     assert got[("xgmi", 1)][(m.LINK_UP, ())] == 0
+    assert all(sample.taken_at <= link.counters_at <= sample.taken_at + sample.duration_s
+               for link in sample.links)  # stamped when amdsmi_get_link_metrics answered
 
 
 def test_older_amdsmi_without_link_metrics_or_violation_status(open_amd, monkeypatch):
@@ -160,6 +162,7 @@ def test_older_amdsmi_without_link_metrics_or_violation_status(open_amd, monkeyp
     links = link_values(sample)
     assert links[("xgmi", 0)][(m.LINK_IO, (("direction", "receive"),))] == 2000 * 1024
     assert "peer_uuid" not in sample.links[0].facts
+    assert sample.links[0].counters_at is None  # the shared table: the sample's own time
     assert sample.errors["amdsmi_get_link_metrics"] == "function_not_found"
 
 

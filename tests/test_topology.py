@@ -101,6 +101,9 @@ def test_link_counters_advance_and_snapshot_rates_match_the_scenario(open_backen
     time.sleep(0.5)
     second = sampler.run_cycle()
     links = _by_key(snapshot_document(second), "0")
+    sample = next(d for d in second.devices if d.device.index == "0")
+    assert all(sample.taken_at <= link.counters_at <= sample.taken_at + sample.duration_s
+               for link in sample.links)  # rates span the counters' own reading times
     nvlink = links[("nvlink", 0)]
     assert nvlink["rates_bytes_per_s"]["transmit"] == pytest.approx(1_000_000 * 1024, rel=0.02)
     assert nvlink["rates_bytes_per_s"]["receive"] == pytest.approx(500_000 * 1024, rel=0.02)

@@ -13,6 +13,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ..model import Device, DeviceSample, Link, ProcessSample, Reading
 
+T = TypeVar("T")
+
 
 class BackendUnavailable(RuntimeError):
     """The vendor library or driver cannot be used; the backend is reported down."""
@@ -57,6 +59,17 @@ class DeviceReads:
     links: tuple[Link, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
     processes_listed: bool = True  # False: the vendor library cannot list them
+
+
+def read_timed(read: Callable[[], T]) -> tuple[T, float]:
+    """`read()`'s answer and the wall-clock time it was read at (the middle of the call).
+
+    For counters whose rates matter: stamped this way (`Link.counters_at`), a
+    rate spans the time between two readings, not between two samples' starts.
+    """
+    before = time.time()
+    answer = read()
+    return answer, (before + time.time()) / 2
 
 
 def sample_through_handle(

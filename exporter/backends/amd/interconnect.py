@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import catalog as m
 from ...model import Link, Reading
+from ..base import read_timed
 from .calls import DeviceCalls, number
 from .probes import reading
 
@@ -36,21 +37,21 @@ def bus_key(pci_bus_id: str) -> str:
 
 
 def _link(index: int, read_kb: Any, write_kb: Any, state: str | None,
-          facts: Mapping[str, str]) -> Link:
+          facts: Mapping[str, str], counters_at: float | None = None) -> Link:
     readings: list[Reading] = []
     for value, direction in ((write_kb, "transmit"), (read_kb, "receive")):
         if number(value) is not None:
             readings.append(reading(m.LINK_IO, number(value) * KB, direction=direction))
     if state in _UP:
         readings.append(reading(m.LINK_UP, _UP[state]))
-    return Link(XGMI, index, tuple(readings), dict(facts))
+    return Link(XGMI, index, tuple(readings), dict(facts), counters_at=counters_at)
 
 
 def read_xgmi(amd: DeviceCalls, handle: Any, uuid_by_bus: Mapping[str, str]) -> tuple[Link, ...]:
     """This cycle's XGMI links of a physical GPU; none when it has no XGMI."""
     status = amd.call("amdsmi_get_gpu_xgmi_link_status", handle)
     states: Sequence[str] = (status or {}).get("status") or ()
-    metrics = amd.call("amdsmi_get_link_metrics", handle)
+    metrics, read_at = read_timed(lambda: amd.call("amdsmi_get_link_metrics", handle))
     if metrics is not None:
         links = []
         count = int(number(metrics.get("num_links")) or 0)
@@ -61,8 +62,9 @@ def read_xgmi(amd: DeviceCalls, handle: Any, uuid_by_bus: Mapping[str, str]) -> 
             facts = {"version": "", "remote_type": "gpu", "remote_pci_bus_id": bus,
                      "peer_uuid": uuid_by_bus.get(bus, "")}
             links.append(_link(index, link.get("read"), link.get("write"),
-                               states[index] if index < len(states) else None, facts))
+                               states[index] if index < len(states) else None, facts, read_at))
         return tuple(links)
+    # shared with other probes, read once a cycle: its counters go with the sample's time
     table = amd.once("amdsmi_get_gpu_metrics_info", handle) or {}
     reads = table.get("xgmi_read_data_acc")
     writes = table.get("xgmi_write_data_acc")

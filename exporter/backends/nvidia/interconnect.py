@@ -12,12 +12,14 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pynvml
 
 from ... import catalog as m
 from ...model import Link, Reading
+from ..base import read_timed
 from .calls import DeviceCalls
 from .probes import reading
 
@@ -189,7 +191,7 @@ def _pcie_current(calls: DeviceCalls, handle: Any) -> Iterator[Reading]:
 def read_links(calls: DeviceCalls, handle: Any,
                layout: LinkLayout) -> tuple[tuple[Link, ...], tuple[Reading, ...]]:
     """This cycle's links (NVLinks, then the PCIe host link) and the device's PCIe readings."""
-    counters = _counters(calls, handle, layout)
+    counters, read_at = read_timed(partial(_counters, calls, handle, layout))
     links = []
     for nvlink in layout.nvlinks:
         readings = counters.get((NVLINK, nvlink.index), [])
@@ -198,7 +200,9 @@ def read_links(calls: DeviceCalls, handle: Any,
         if state is not None:
             readings.append(reading(m.LINK_UP, 1 if state else 0))
         links.append(Link(NVLINK, nvlink.index, tuple(readings),
-                          nvlink.as_facts(layout.peer_uuids.get(nvlink.index, ""))))
+                          nvlink.as_facts(layout.peer_uuids.get(nvlink.index, "")),
+                          counters_at=read_at))
     if (PCIE, 0) in counters:
-        links.append(Link(PCIE, 0, tuple(counters[(PCIE, 0)]), {"remote_type": "host"}))
+        links.append(Link(PCIE, 0, tuple(counters[(PCIE, 0)]), {"remote_type": "host"},
+                          counters_at=read_at))
     return tuple(links), (*_pcie_current(calls, handle), *layout.pcie_max)
