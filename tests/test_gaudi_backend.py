@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 
 import pytest
+from simulated_worker import simulated_worker
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.attribution.join import allocations
@@ -374,21 +374,14 @@ def test_a_real_process_loads_the_cards_of_its_visible_modules(open_gaudi):
         return values(sample, m.GPU_UTILIZATION), values(sample, m.MEMORY_USAGE)
 
     assert load(3) == ({(("task", "general"),): 0.0}, {(): 0.0})
-    code = ("import sys; from ray_accel.exporter.simulate.gaudi_fake import open_modules; "
-            "print(open_modules(memory_bytes=2**30, utilization_percent=40), flush=True); "
-            "sys.stdin.readline()")
-    worker = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, **hardware.environ(), "HABANA_VISIBLE_MODULES": "3,0"})
-    try:
-        assert worker.stdout.readline().strip() == "[3, 0]"  # in HLML index order
+    with simulated_worker("ray_accel.exporter.simulate.gaudi_fake",
+                          "open_modules(memory_bytes=2**30, utilization_percent=40)",
+                          {**hardware.environ(), "HABANA_VISIBLE_MODULES": "3,0"}) as (_, printed):
+        assert printed == "[3, 0]"  # in HLML index order
         time.sleep(0.05)  # the fake looks at the scenario file at most every 10 ms
         for module in (3, 0):
             assert load(module) == ({(("task", "general"),): 0.4}, {(): float(GIB)})
         assert load(1) == ({(("task", "general"),): 0.0}, {(): 0.0})
-    finally:
-        worker.stdin.close()
-        worker.wait(timeout=30)
     assert load(3) == ({(("task", "general"),): 0.0}, {(): 0.0})  # gone with the process
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from simulated_worker import simulated_worker
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.attribution.slots import slot_devices
@@ -327,14 +326,11 @@ def test_a_real_process_shows_up_on_its_visible_cores(start, tmp_path):
     backend, devices, hardware = start(driven_by_processes(SCENARIO))
     d = by_index(devices)
     assert backend.sample(d["1/1"]).processes == ()
-    code = ("import sys; from ray_accel.exporter.simulate.neuron_fake import open_runtime; "
-            "print(open_runtime(memory_bytes=2**30, utilization_percent=40), flush=True); "
-            "sys.stdin.readline()")
-    worker = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, **hardware.environ(), "NEURON_RT_VISIBLE_CORES": "3-4"})
-    try:
-        assert worker.stdout.readline().strip() == "2"
+    with simulated_worker("ray_accel.exporter.simulate.neuron_fake",
+                          "open_runtime(memory_bytes=2**30, utilization_percent=40)",
+                          {**hardware.environ(), "NEURON_RT_VISIBLE_CORES": "3-4"}
+                          ) as (worker, printed):
+        assert printed == "2"
         on_core = wait_until(lambda: backend.sample(d["1/1"]).processes)
         assert [p.pid for p in on_core] == [worker.pid]
         assert {(r.metric, r.labels): r.value for r in on_core[0].readings} == {
@@ -342,9 +338,6 @@ def test_a_real_process_shows_up_on_its_visible_cores(start, tmp_path):
             (m.PROCESS_UTILIZATION, (("engine", "sm"),)): pytest.approx(0.4)}
         assert [p.pid for p in backend.sample(d["2/0"]).processes] == [worker.pid]
         assert backend.sample(d["1/0"]).processes == ()
-    finally:
-        worker.stdin.close()
-        worker.wait(timeout=30)
     wait_until(lambda: backend.sample(d["1/1"]).processes == ())
 
 
