@@ -25,10 +25,11 @@ def _read_at(link: Link, sample: DeviceSample) -> float:
     return sample.taken_at if link.counters_at is None else link.counters_at
 
 
-def _rates(earlier: Link, earlier_at: float, link: Link, read_at: float) -> dict[str, float]:
+def _rates(earlier: Link, previous: DeviceSample, link: Link,
+           current: DeviceSample) -> dict[str, float]:
     if link.counters_at is not None and link.counters_at == earlier.counters_at:
         return dict(earlier.rates)  # the same reading as last cycle
-    elapsed = read_at - earlier_at
+    elapsed = _read_at(link, current) - _read_at(earlier, previous)
     if elapsed <= 0:
         return {}
     before = _byte_counters(earlier)
@@ -50,6 +51,5 @@ def with_link_rates(previous: DeviceSample | None, current: DeviceSample) -> Dev
         if earlier is None:
             links.append(link)
             continue
-        rates = _rates(earlier, _read_at(earlier, previous), link, _read_at(link, current))
-        links.append(replace(link, rates=rates))
+        links.append(replace(link, rates=_rates(earlier, previous, link, current)))
     return replace(current, links=tuple(links))

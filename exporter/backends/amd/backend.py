@@ -41,7 +41,7 @@ def _text(value: Any) -> str:
 
 @dataclass
 class _Tracked(HandleDevice):
-    """A discovered logical GPU with its handle and per-device call state."""
+    """What the AMD backend keeps per logical GPU, besides its handle and calls."""
 
     calls: DeviceCalls
     board: bool = True  # answers board-level queries: a physical GPU

@@ -28,7 +28,7 @@ UNKNOWN_MODEL = "unknown"
 
 @dataclass
 class _Tracked(HandleDevice):
-    """A discovered device with its handle and per-device call state."""
+    """What the Gaudi backend keeps per device, besides its handle and calls."""
 
     calls: DeviceCalls
     nic: PortReader = field(default_factory=lambda: PortReader(()))

@@ -21,10 +21,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ... import catalog as m
 from ...model import Link, Reading
+from ..base import read_timed
 from .calls import DeviceCalls
 from .probes import reading
 
@@ -107,13 +109,13 @@ class PortReader:
         for _ in range(len(self.ports)):
             port = self.ports[self._next]
             self._next = (self._next + 1) % len(self.ports)
-            stats = hlml.call("hlmlDeviceNicGetStatistics", handle, port.number,
-                              key=str(port.number))
+            stats, read_at = read_timed(partial(hlml.call, "hlmlDeviceNicGetStatistics",
+                                                handle, port.number, key=str(port.number)))
             found = counters(stats) if stats is not None else {}
             bytes_by_direction = {direction: found[name] for name, direction in BYTE_COUNTERS
                                   if name in found}
             if bytes_by_direction:
-                self._counted[port.number] = _Counted(time.time(), bytes_by_direction)
+                self._counted[port.number] = _Counted(read_at, bytes_by_direction)
             else:
                 self._counted.pop(port.number, None)
             if time.monotonic() - started >= self._budget_s:

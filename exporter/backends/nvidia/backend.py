@@ -37,7 +37,7 @@ def _text(value: str | bytes) -> str:
 
 @dataclass
 class _Tracked(HandleDevice):
-    """A discovered device with its handle and per-device call state."""
+    """What the NVIDIA backend keeps per device, besides its handle and calls."""
 
     calls: DeviceCalls
     state: DeviceState = field(default_factory=DeviceState)
