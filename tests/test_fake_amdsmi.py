@@ -14,7 +14,7 @@ from amd_support import GIB, amd_scenario, bus, simulation, uuid
 
 from ray_accel.exporter.simulate import FAKE_AMDSMI_DIR, ScenarioError, load_scenario
 from ray_accel.exporter.simulate.amd_scenario import AMDSMI_FUNCTIONS
-from ray_accel.exporter.simulate.scenario import render_state
+from ray_accel.exporter.simulate.nvml_state import render_state
 
 
 @pytest.fixture

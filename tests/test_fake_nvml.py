@@ -34,7 +34,7 @@ from ray_accel.exporter.simulate import (
     load_scenario,
 )
 from ray_accel.exporter.simulate import build as build_module
-from ray_accel.exporter.simulate.scenario import NVML_FUNCTIONS
+from ray_accel.exporter.simulate.nvml_vocabulary import NVML_FUNCTIONS
 
 GIB = 1024**3
 MIB = 1024**2

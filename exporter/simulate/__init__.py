@@ -35,8 +35,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from .build import BuildError, build_library
+from .nvml_state import render_state
 from .saved import SCENARIO_FILE_NAME, STATE_ENV
-from .scenario import ScenarioError, available_scenarios, load_scenario, render_state
+from .scenario import ScenarioError, available_scenarios, load_scenario
 
 __all__ = [
     "FAKE_AMDSMI_DIR",

@@ -15,7 +15,6 @@ from typing import Any
 from ..backends.amd.status import AMDSMI_STATUS
 from . import checks
 from .checks import ScenarioError
-from .scenario import check_pcie_link
 
 AMD = "amd"
 NVIDIA = "nvidia"
@@ -192,7 +191,7 @@ AMD_DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "ecc_correctable": checks.counter,
     "ecc_uncorrectable": checks.counter,
     "ecc_deferred": checks.counter,
-    "pcie_link": check_pcie_link,
+    "pcie_link": checks.pcie_link,
     "pcie_bandwidth_mbps": checks.signal_check(),
     "pcie_replay": checks.counter,
     "xgmi_links": _check_xgmi_links,

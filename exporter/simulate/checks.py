@@ -244,3 +244,13 @@ def keys_with(
     for key, value in obj.items():
         if value is not None:
             checks[key](value, f"{path}.{key}")
+
+
+def pcie_link(value: Any, path: str) -> None:
+    """A device's `pcie_link`: current and maximum generation and width (any vendor)."""
+    link = mapping(value, path)
+    required = ("gen_current", "gen_max", "width_current", "width_max")
+    keys(link, path, (*required, "gen_gpu_max"), required=required)
+    for key in (*required, "gen_gpu_max"):
+        if key in link:
+            integer(link[key], f"{path}.{key}", lo=0, hi=64)

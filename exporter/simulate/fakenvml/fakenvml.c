@@ -5,7 +5,7 @@
  * (and by Ray's vendored copy of it). Everything the library answers comes from
  * a "state file" named by the environment variable RAY_ACCEL_FAKE_NVML_STATE,
  * read at each nvmlInit* and re-read whenever the file changes (checked at most
- * every 10 ms). exporter/simulate/scenario.py writes that file from a scenario
+ * every 10 ms). exporter/simulate/nvml_state.py writes that file from a scenario
  * JSON; the JSON format is documented in docs/simulation.md.
  *
  * STATE FILE FORMAT (version 1)
