@@ -1,0 +1,7 @@
+"""Label values the rules select on (what the backends put in these labels)."""
+
+GENERAL = "general"  # hw_gpu_utilization_ratio{task}: compute/graphics engines
+ECC_UNCORRECTED = "ecc_uncorrected"
+CURRENT, MAX = "current", "max"  # PCIe link state
+THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown")
+POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
