@@ -88,9 +88,68 @@ def prometheus_name(otel_name: str, unit: str, kind: Kind) -> str:
     return name
 
 
+# Valid ranges (exporter/validation.py drops a reading outside its metric's range).
+RATIO_EPSILON = 1e-6  # ratios computed from percents may exceed 1 by rounding only
+POWER_CEILING_W = 5000.0  # above any single accelerator's draw (B200 ~1.2 kW, MI355X 1.4 kW)
+POWER_LIMIT_FACTOR = 2.0  # power above twice the device's enforced limit cannot be true
+TEMPERATURE_RANGE_CEL = (-40.0, 150.0)  # what on-die and memory sensors can report
+CLOCK_CEILING_HZ = 50e9  # above any core or memory clock (GDDR7 reports ~15 GHz)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidRange:
+    """The values a metric's reading can truly take.
+
+    `low`/`high` bound the value (None: unbounded on that side); `bound_by`
+    names a device metric of the same sample that caps it (`value <= factor *
+    that reading`, e.g. memory used <= memory total). Every value must be finite
+    and a counter must never decrease (see exporter/validation.py).
+    """
+
+    low: float | None = 0.0
+    high: float | None = None
+    bound_by: str | None = None
+    factor: float = 1.0
+
+    def describe(self) -> str:
+        """The range as docs and logs state it, e.g. `0 to 1` or `>= 0, <= 2 x `limit``."""
+        if self.low is not None and self.high is not None:
+            parts = [f"{self.low:g} to {self.high:g}"]
+        elif self.low is not None:
+            parts = [f">= {self.low:g}"]
+        elif self.high is not None:
+            parts = [f"<= {self.high:g}"]
+        else:
+            parts = ["any finite value"]
+        if self.bound_by:
+            factor = f"{self.factor:g} x " if self.factor != 1 else ""
+            parts.append(f"<= {factor}`{self.bound_by}`")
+        return ", ".join(parts)
+
+
+FLAG = ValidRange(0, 1)
+
+
+def default_valid_range(unit: str, kind: Kind) -> ValidRange:
+    """The range a metric of this unit and kind has unless its catalog entry says otherwise."""
+    if unit == "1" and kind is Kind.GAUGE:
+        return ValidRange(0, 1 + RATIO_EPSILON)
+    if unit == "Cel":
+        return ValidRange(*TEMPERATURE_RANGE_CEL)
+    if unit == "W":
+        return ValidRange(0, POWER_CEILING_W)
+    if unit == "Hz":
+        return ValidRange(0, CLOCK_CEILING_HZ)
+    # bytes, joules, seconds, counts of things ({error}, {row}, ...), levels: never negative
+    return ValidRange(0)
+
+
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
-    """One metric: its OTel identity, how it translates, and what it means."""
+    """One metric: its OTel identity, how it translates, and what it means.
+
+    `valid` overrides the range its unit and kind give (`valid_range`).
+    """
 
     name: str
     kind: Kind
@@ -98,6 +157,12 @@ class MetricSpec:
     scope: Scope
     description: str
     labels: tuple[str, ...] = ()
+    valid: ValidRange | None = None
+
+    @property
+    def valid_range(self) -> ValidRange:
+        """The values a reading of this metric can truly take."""
+        return self.valid or default_valid_range(self.unit, self.kind)
 
     @property
     def prometheus_name(self) -> str:
@@ -128,12 +193,14 @@ class MetricSpec:
         return (*SCOPE_LABELS[self.scope], *self.labels)
 
 
-def _gauge(name: str, unit: str, description: str, *labels: str, scope: Scope = Scope.DEVICE):
-    return MetricSpec(name, Kind.GAUGE, unit, scope, description, labels)
+def _gauge(name: str, unit: str, description: str, *labels: str, scope: Scope = Scope.DEVICE,
+           valid: ValidRange | None = None):
+    return MetricSpec(name, Kind.GAUGE, unit, scope, description, labels, valid)
 
 
-def _counter(name: str, unit: str, description: str, *labels: str, scope: Scope = Scope.DEVICE):
-    return MetricSpec(name, Kind.COUNTER, unit, scope, description, labels)
+def _counter(name: str, unit: str, description: str, *labels: str, scope: Scope = Scope.DEVICE,
+             valid: ValidRange | None = None):
+    return MetricSpec(name, Kind.COUNTER, unit, scope, description, labels, valid)
 
 
 def _info(name: str, description: str, *labels: str, scope: Scope = Scope.DEVICE):
@@ -221,11 +288,14 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(MEMORY_BANDWIDTH_UTILIZATION, "1",
            "Fraction of the last sample period during which device memory was being read or "
            "written."),
-    _gauge(MEMORY_USAGE, "By", "Device memory in use."),
+    _gauge(MEMORY_USAGE, "By", "Device memory in use.",
+           valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
     _gauge(MEMORY_LIMIT, "By", "Total device memory."),
-    _gauge(MEMORY_RESERVED, "By", "Device memory reserved by the driver and firmware."),
+    _gauge(MEMORY_RESERVED, "By", "Device memory reserved by the driver and firmware.",
+           valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
     # Power, thermals, clocks
-    _gauge(POWER, "W", "Power drawn by the device."),
+    _gauge(POWER, "W", "Power drawn by the device.",
+           valid=ValidRange(0, POWER_CEILING_W, bound_by=POWER_LIMIT, factor=POWER_LIMIT_FACTOR)),
     _gauge(POWER_LIMIT, "W", "Power limit the driver enforces on the device."),
     _counter(ENERGY, "J", "Energy consumed by the device since the driver was loaded."),
     _gauge(TEMPERATURE, "Cel", "Temperature of the given sensor.", "sensor"),
@@ -233,20 +303,25 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(CLOCK_MAX_FREQUENCY, "Hz", "Maximum clock frequency of the given clock domain.",
            "clock"),
     _gauge(THROTTLE_ACTIVE, "",
-           "1 while the given reason is holding the device's clocks down, else 0.", "reason"),
+           "1 while the given reason is holding the device's clocks down, else 0.", "reason",
+           valid=FLAG),
     _gauge(PERFORMANCE_STATE, "",
-           "Performance state: 0 is the highest performance, 15 the lowest."),
+           "Performance state: 0 is the highest performance, 15 the lowest.",
+           valid=ValidRange(0, 15)),
     # Errors and memory health
     _counter(HW_ERRORS, "{error}",
              "Hardware errors counted by the device, by type (ECC corrected/uncorrected since "
              "the driver was loaded, PCIe replays).", "error_type"),
     _gauge(REMAPPED_ROWS, "{row}", "Memory rows remapped, by the kind of error that caused it.",
            "cause"),
-    _gauge(ROW_REMAP_PENDING, "", "1 when a row remap waits for the next device reset."),
-    _gauge(ROW_REMAP_FAILURE, "", "1 when a row remap has failed; the device needs service."),
+    _gauge(ROW_REMAP_PENDING, "", "1 when a row remap waits for the next device reset.",
+           valid=FLAG),
+    _gauge(ROW_REMAP_FAILURE, "", "1 when a row remap has failed; the device needs service.",
+           valid=FLAG),
     _gauge(RETIRED_PAGES, "{page}", "Memory pages retired, by the kind of error that caused it.",
            "cause"),
-    _gauge(RETIRED_PAGES_PENDING, "", "1 when a page retirement waits for the next reset."),
+    _gauge(RETIRED_PAGES_PENDING, "", "1 when a page retirement waits for the next reset.",
+           valid=FLAG),
     _counter(XID_ERRORS, "{event}",
              "Critical driver error events (NVIDIA XID) since the agent started, by XID code.",
              "xid"),
@@ -262,7 +337,8 @@ CATALOG: tuple[MetricSpec, ...] = (
              "Bytes the device moved over the link, by direction (transmit, receive): NVLink "
              "and XGMI per link, PCIe for the device's host link.", "direction",
              scope=Scope.LINK),
-    _gauge(LINK_UP, "", "1 when the link is trained and active, else 0.", scope=Scope.LINK),
+    _gauge(LINK_UP, "", "1 when the link is trained and active, else 0.", scope=Scope.LINK,
+           valid=FLAG),
     _counter(LINK_ERRORS, "{error}",
              "Link-level errors, by type (crc, replay, recovery).", "error_type",
              scope=Scope.LINK),
@@ -288,7 +364,8 @@ CATALOG: tuple[MetricSpec, ...] = (
            "cycle (no context on the device, or none of its engines busy; where the vendor "
            "lists no processes, as on Gaudi, the device itself idle), else 0.",
            scope=Scope.PROCESS),
-    _gauge(PROCESS_MEMORY_USAGE, "By", "Device memory used by the process.", scope=Scope.PROCESS),
+    _gauge(PROCESS_MEMORY_USAGE, "By", "Device memory used by the process.", scope=Scope.PROCESS,
+           valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
     _gauge(PROCESS_UTILIZATION, "1",
            "Fraction of the last sample period during which the process kept the given engine "
            "busy (sm, memory, encoder, decoder).", "engine", scope=Scope.PROCESS),
@@ -298,7 +375,9 @@ CATALOG: tuple[MetricSpec, ...] = (
            scope=Scope.BACKEND),
     _gauge(BACKEND_DEVICES, "{device}", "Devices the backend found.", scope=Scope.BACKEND),
     _counter(AGENT_ERRORS, "{error}",
-             "Failed vendor calls, by backend, error kind and function.",
+             "Failed vendor calls, by backend, error kind and function; and readings the agent "
+             "refused as impossible, by backend, kind (not_finite, out_of_range, over_limit, "
+             "counter_decreased) and metric (in `function`): see the Valid column.",
              "backend", "kind", "function", scope=Scope.AGENT),
     _counter(AGENT_CYCLES, "{cycle}", "Sampling cycles completed.", scope=Scope.AGENT),
     _gauge(AGENT_CYCLE_DURATION, "s", "Wall time the last sampling cycle took.",

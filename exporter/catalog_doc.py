@@ -22,6 +22,15 @@ standard translation (dots to underscores, the unit as a suffix, `_ratio` for
 dimensionless 0-1 gauges, `_total` on counters, `_info` on metadata series).
 Values are in base units. A value the hardware cannot report is absent, never 0.
 
+The Valid column gives the values the metric can truly take. A reading a
+backend returns outside it, NaN or infinite, or a counter that went backwards without
+a reset is not exported: it is counted in `ray_accelerator_agent_errors_total`
+(kind `out_of_range`, `over_limit`, `not_finite` or `counter_decreased`, the
+metric in `function`), named in the device's `errors` in the JSON snapshot and
+logged once per device and metric (see docs/reliability.md). Ratios may exceed
+1 by 1e-6 (rounding); a bound by another metric (`<= hw.gpu.memory.limit`)
+compares readings of the same device sample.
+
 Labels every series carries on top of those listed:
 - `ray_node_id`, the Ray node the agent runs on, once it has found one, and
   `SessionName`, the Ray session, named as on Ray's own series so that Ray's
@@ -44,8 +53,11 @@ def _row(spec: MetricSpec) -> str:
     labels = ", ".join(f"`{name}`" for name in spec.labels) or "-"
     unit = spec.unit or "-"
     kind = "info" if spec.kind is Kind.INFO else spec.kind.value
+    valid = "-" if spec.kind is Kind.INFO else spec.valid_range.describe()
+    if spec.kind is Kind.COUNTER:
+        valid += ", never decreasing"
     return (f"| `{spec.prometheus_name}` | `{spec.name}` | {kind} | {unit} | {labels} | "
-            f"{spec.description} |")
+            f"{valid} | {spec.description} |")
 
 
 def render_markdown() -> str:
@@ -55,7 +67,7 @@ def render_markdown() -> str:
         specs = [s for s in CATALOG if s.scope is scope]
         common = ", ".join(f"`{n}`" for n in SCOPE_LABELS[scope]) or "none"
         parts.append(f"\n## {title}\n\nCommon labels: {common}.\n\n"
-                     "| Prometheus | OpenTelemetry | Type | Unit | Labels | Description |\n"
-                     "|---|---|---|---|---|---|\n")
+                     "| Prometheus | OpenTelemetry | Type | Unit | Labels | Valid | Description |\n"
+                     "|---|---|---|---|---|---|---|\n")
         parts.append("\n".join(_row(s) for s in specs) + "\n")
     return "".join(parts)

@@ -26,6 +26,7 @@ from .heap import HeapTrimmer
 from .model import BackendStatus, Device, DeviceSample, NodeSnapshot, stale_after_s
 from .rates import with_link_rates
 from .store import SnapshotStore
+from .validation import ReadingValidator
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,11 @@ class BackendRunner:
     workers: dict[str, Worker] = field(default_factory=dict)
     opener: Worker | None = None
     next_open_at: float = 0.0
+    readings: ReadingValidator = field(init=False)
 
     def __post_init__(self) -> None:
         self.opener = Worker(f"ray-accel-open-{self.backend.name}")
+        self.readings = ReadingValidator(self.backend.errors, self.backend.name)
 
     def start_cycle(self, now: float) -> list[futures.Future]:
         """Begin this cycle's work; return the futures the cycle should wait for."""
@@ -120,8 +123,9 @@ class BackendRunner:
         for device in self.devices:
             future = self.workers[device.uuid].take_result()
             if future is not None:
-                self.last[device.uuid] = with_link_rates(
-                    self.last.get(device.uuid), self._sample_result(device, future, tally))
+                self.last[device.uuid] = with_link_rates(  # impossible values dropped first
+                    self.last.get(device.uuid),
+                    self.readings.check(self._sample_result(device, future, tally)))
             sample = self.last.get(device.uuid)
             if sample is None or now - sample.taken_at > stale_after:
                 if sample is None or sample.up or sample.readings:

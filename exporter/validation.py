@@ -1,0 +1,222 @@
+"""Every reading checked against its metric's valid range, in one place.
+
+Drivers do return impossible values (firmware bugs, sentinels, a negative
+reading wrapped through an unsigned integer). The sampler hands each device
+sample a backend takes to `ReadingValidator.check` before anything else sees
+it; a reading that cannot be true is dropped from the sample (so no sink
+exports it), named in the sample's `errors` (so the JSON snapshot says why it
+is absent), counted in the backend's error tally (exported as
+`ray_accelerator_agent_errors_total{backend, kind, function=<metric>}`) and
+logged once per device and metric.
+
+The ranges come from the catalog (`MetricSpec.valid_range`). On top of them:
+- no value may be NaN or infinite (kind `not_finite`);
+- a value outside its metric's range is `out_of_range`;
+- a value above the reading of the same device sample that bounds it (memory
+  used above memory total, power above twice the power limit) is `over_limit`;
+  a bounding reading that is itself invalid, absent or not positive bounds
+  nothing, and the metric's own range still applies;
+- a counter must not decrease (`counter_decreased`): the lower reading is
+  dropped and the last exported value stands. A device sample that comes back
+  down (lost, reset, the driver reloading) is the reset signal: after it a
+  counter may start again from anywhere. A counter that keeps counting from a
+  lower value for `RESET_CONFIRM_SAMPLES` samples in a row is taken as a reset
+  the agent was not told of, and exported from there. A process's counters
+  are forgotten when the process leaves the device's list (its pid may be
+  reused by one that counts from zero).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from . import catalog as m
+from .backends.base import ErrorTally
+from .model import DeviceSample, Link, ProcessSample, Reading
+
+log = logging.getLogger(__name__)
+
+RESET_CONFIRM_SAMPLES = 3
+
+NOT_FINITE = "not_finite"
+OUT_OF_RANGE = "out_of_range"
+OVER_LIMIT = "over_limit"
+COUNTER_DECREASED = "counter_decreased"
+
+# Metrics whose reading bounds another metric's of the same device sample.
+_BOUNDING = frozenset(s.valid_range.bound_by for s in m.CATALOG if s.valid_range.bound_by)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """Why one reading was refused: its metric, the kind of violation and what was wrong."""
+
+    metric: str
+    kind: str
+    detail: str
+
+
+def range_violation(reading: Reading, limits: Mapping[str, float]) -> Violation | None:
+    """What is wrong with a reading's value on its own (None when it can be true).
+
+    `limits` holds the valid values of the bounding metrics in the same sample.
+    A metric unknown to the catalog is only checked for being finite.
+    """
+    value = reading.value
+    if not math.isfinite(value):
+        return Violation(reading.metric, NOT_FINITE, f"{value!r} is not a finite number")
+    try:
+        valid = m.spec(reading.metric).valid_range
+    except KeyError:
+        return None
+    if (valid.low is not None and value < valid.low) or (
+            valid.high is not None and value > valid.high):
+        return Violation(reading.metric, OUT_OF_RANGE,
+                         f"{value:g} is outside its valid range ({valid.describe()})")
+    limit = limits.get(valid.bound_by or "")
+    if limit is not None and value > valid.factor * limit:
+        factor = f"{valid.factor:g} x " if valid.factor != 1 else ""
+        return Violation(reading.metric, OVER_LIMIT,
+                         f"{value:g} is above {factor}{valid.bound_by} ({limit:g})")
+    return None
+
+
+def _limits(readings: Iterable[Reading]) -> dict[str, float]:
+    limits: dict[str, float] = {}
+    for reading in readings:
+        if (reading.metric in _BOUNDING and reading.metric not in limits
+                and reading.value > 0 and range_violation(reading, {}) is None):
+            limits[reading.metric] = reading.value
+    return limits
+
+
+def _is_counter(metric: str) -> bool:
+    try:
+        return m.spec(metric).kind is m.Kind.COUNTER
+    except KeyError:
+        return False
+
+
+CounterKey = tuple[Hashable, ...]
+
+
+@dataclass
+class _CounterHistory:
+    """A counter's last exported value, and the run of lower readings seen since."""
+
+    exported: float
+    lower_run: int = 0
+    last_lower: float = -math.inf
+
+    def accepts(self, value: float) -> bool:
+        """Whether `value` may be exported after what was; False for a decrease (kept in mind)."""
+        if value >= self.exported:
+            self.exported, self.lower_run = value, 0
+            return True
+        self.lower_run = self.lower_run + 1 if value >= self.last_lower else 1
+        self.last_lower = value
+        if self.lower_run >= RESET_CONFIRM_SAMPLES:
+            self.exported, self.lower_run = value, 0
+            return True
+        return False
+
+
+@dataclass
+class _DeviceChecks:
+    """What the validator remembers of one device: its counters and what it has logged."""
+
+    counters: dict[CounterKey, _CounterHistory] = field(default_factory=dict)
+    logged: set[str] = field(default_factory=set)
+
+    def counter_accepts(self, key: CounterKey, value: float) -> bool:
+        history = self.counters.get(key)
+        if history is None:
+            self.counters[key] = _CounterHistory(value)
+            return True
+        return history.accepts(value)
+
+    def forget_processes_except(self, pids: set[int]) -> None:
+        for key in [k for k in self.counters if k[0] == "process" and k[1] not in pids]:
+            del self.counters[key]
+
+
+@dataclass
+class _SampleCheck:
+    """One sample's check: its bounding values, its device's memory, what it refused."""
+
+    device: _DeviceChecks
+    limits: Mapping[str, float]
+    track_counters: bool
+    found: list[Violation] = field(default_factory=list)
+
+    def keep(self, readings: tuple[Reading, ...], where: CounterKey) -> tuple[Reading, ...]:
+        """The readings that can be true (`readings` itself when all can)."""
+        kept = [r for r in readings if self._accepts(r, where)]
+        return readings if len(kept) == len(readings) else tuple(kept)
+
+    def link(self, link: Link) -> Link:
+        readings = self.keep(link.readings, ("link", link.link_type, link.index))
+        return link if readings is link.readings else replace(link, readings=readings)
+
+    def process(self, process: ProcessSample) -> ProcessSample:
+        readings = self.keep(process.readings, ("process", process.pid))
+        return process if readings is process.readings else replace(process, readings=readings)
+
+    def _accepts(self, reading: Reading, where: CounterKey) -> bool:
+        violation = range_violation(reading, self.limits)
+        if violation is None and self.track_counters and _is_counter(reading.metric):
+            key = (*where, reading.metric, reading.labels)
+            if not self.device.counter_accepts(key, reading.value):
+                violation = Violation(
+                    reading.metric, COUNTER_DECREASED,
+                    f"{reading.value:g} is below its last value "
+                    f"{self.device.counters[key].exported:g} without a reset")
+        if violation is not None:
+            self.found.append(violation)
+        return violation is None
+
+
+class ReadingValidator:
+    """Checks each device sample of one backend; keeps per-device counter history.
+
+    Used from one thread (the sampler's). `tally` counts refused readings by
+    (kind, metric name); `backend` names the backend in the log.
+    """
+
+    def __init__(self, tally: ErrorTally, backend: str = "") -> None:
+        self._tally = tally
+        self._backend = backend
+        self._devices: dict[str, _DeviceChecks] = {}
+
+    def check(self, sample: DeviceSample) -> DeviceSample:
+        """`sample` without the readings that cannot be true, those named in its `errors`."""
+        device = self._devices.setdefault(sample.device.uuid, _DeviceChecks())
+        if not sample.up:
+            device.counters.clear()  # lost or reset: its counters may start again from zero
+        check = _SampleCheck(device, _limits(sample.readings), track_counters=sample.up)
+        readings = check.keep(sample.readings, ("device",))
+        links = tuple(check.link(link) for link in sample.links)
+        processes = tuple(check.process(p) for p in sample.processes)
+        if sample.up:
+            device.forget_processes_except({p.pid for p in sample.processes})
+        if not check.found:
+            return sample
+        for violation in check.found:
+            self._report(sample, device, violation)
+        errors = {**sample.errors, **{v.metric: f"{v.kind}: {v.detail}" for v in check.found}}
+        return replace(sample, readings=readings, links=links, processes=processes,
+                       errors=errors)
+
+    def _report(self, sample: DeviceSample, device: _DeviceChecks, violation: Violation) -> None:
+        self._tally.count(violation.kind, violation.metric)
+        if violation.metric in device.logged:
+            return
+        device.logged.add(violation.metric)
+        log.warning(
+            "%s device %s (%s): dropped a %s reading: %s (%s); further refused readings of it "
+            "are counted in ray_accelerator_agent_errors_total, not logged",
+            self._backend or "backend", sample.device.index, sample.device.uuid,
+            violation.metric, violation.detail, violation.kind)

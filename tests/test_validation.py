@@ -1,0 +1,248 @@
+"""Readings checked against their metric's valid range (exporter/validation.py).
+
+Each impossible value a driver was seen to return is dropped, named in the
+sample's errors and counted by kind and metric; a sane value passes as it is;
+the log says it once per device and metric; a counter never goes backwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import pytest
+
+from ray_accel.exporter import catalog as m
+from ray_accel.exporter.backends.base import Backend, ErrorTally
+from ray_accel.exporter.model import Device, DeviceSample, Link, ProcessSample, Reading
+from ray_accel.exporter.sampler import Sampler
+from ray_accel.exporter.sinks.prometheus import snapshot_text
+from ray_accel.exporter.store import SnapshotStore
+from ray_accel.exporter.validation import (
+    COUNTER_DECREASED,
+    NOT_FINITE,
+    OUT_OF_RANGE,
+    OVER_LIMIT,
+    RESET_CONFIRM_SAMPLES,
+    ReadingValidator,
+)
+
+GPU = Device("nvidia", "0", "GPU-0", "NVIDIA H200")
+MI300X = Device("amd", "0", "amd-0", "AMD Instinct MI300X")
+GIB = 2**30
+SANE = (
+    Reading(m.GPU_UTILIZATION, 0.75, (("task", "general"),)),
+    Reading(m.MEMORY_BANDWIDTH_UTILIZATION, 1.0),
+    Reading(m.MEMORY_USAGE, 80 * GIB),
+    Reading(m.MEMORY_LIMIT, 141 * GIB),
+    Reading(m.POWER, 690.0),
+    Reading(m.POWER_LIMIT, 700.0),
+    Reading(m.ENERGY, 1.0e6),
+    Reading(m.TEMPERATURE, 45.0, (("sensor", "gpu"),)),
+    Reading(m.CLOCK_FREQUENCY, 1.98e9, (("clock", "sm"),)),
+    Reading(m.PERFORMANCE_STATE, 0.0),
+)
+
+
+def _sample(*readings: Reading, device: Device = GPU, up: bool = True, links=(),
+            processes=()) -> DeviceSample:
+    return DeviceSample(device, up=up, taken_at=time.time(), readings=readings, links=links,
+                        processes=processes)
+
+
+def _values(sample: DeviceSample) -> dict[str, float]:
+    return {r.metric: r.value for r in sample.readings}
+
+
+@pytest.fixture
+def checked():
+    tally = ErrorTally()
+    validator = ReadingValidator(tally, "nvidia")
+    return validator, tally
+
+
+def test_sane_readings_pass_unchanged(checked):
+    validator, tally = checked
+    sample = _sample(*SANE)
+    assert validator.check(sample) is sample
+    assert tally.snapshot() == {}
+
+
+@pytest.mark.parametrize(("reading", "kind"), [
+    (Reading(m.GPU_UTILIZATION, 1.5, (("task", "general"),)), OUT_OF_RANGE),
+    (Reading(m.MEMORY_BANDWIDTH_UTILIZATION, 2.5), OUT_OF_RANGE),
+    (Reading(m.POWER, -50.0), OUT_OF_RANGE),
+    (Reading(m.POWER, 4294917.296), OUT_OF_RANGE),  # -50 W wrapped through uint32 milliwatts
+    (Reading(m.POWER, 1500.0), OVER_LIMIT),  # above twice the 700 W limit
+    (Reading(m.MEMORY_USAGE, 150 * GIB), OVER_LIMIT),  # above the 141 GiB total
+    (Reading(m.TEMPERATURE, 200.0, (("sensor", "gpu"),)), OUT_OF_RANGE),
+    (Reading(m.TEMPERATURE, -41.0, (("sensor", "gpu"),)), OUT_OF_RANGE),
+    (Reading(m.CLOCK_FREQUENCY, 4294967295e6, (("clock", "sm"),)), OUT_OF_RANGE),
+    (Reading(m.CLOCK_FREQUENCY, -1.0, (("clock", "sm"),)), OUT_OF_RANGE),
+    (Reading(m.MEMORY_LIMIT, -1.0), OUT_OF_RANGE),
+    (Reading(m.PERFORMANCE_STATE, 32.0), OUT_OF_RANGE),
+    (Reading(m.THROTTLE_ACTIVE, 2.0, (("reason", "hw_slowdown"),)), OUT_OF_RANGE),
+    (Reading(m.GPU_UTILIZATION, math.nan, (("task", "general"),)), NOT_FINITE),
+    (Reading(m.POWER, math.inf), NOT_FINITE),
+    (Reading(m.ENERGY, -math.inf), NOT_FINITE),
+])
+def test_an_impossible_value_is_dropped_flagged_and_counted(checked, reading, kind):
+    validator, tally = checked
+    sane = [r for r in SANE if (r.metric, r.labels) != (reading.metric, reading.labels)]
+    out = validator.check(_sample(*sane, reading))
+    assert reading not in out.readings
+    assert sorted(map(repr, out.readings)) == sorted(map(repr, sane))
+    assert out.errors[reading.metric].startswith(f"{kind}: ")
+    assert tally.snapshot() == {(kind, reading.metric): 1}
+
+
+def test_a_ratio_may_exceed_one_by_rounding_only(checked):
+    validator, tally = checked
+    just_over = Reading(m.GPU_UTILIZATION, 1 + 1e-9, (("task", "general"),))
+    clearly_over = Reading(m.GPU_UTILIZATION, 1.001, (("task", "encoder"),))
+    out = validator.check(_sample(just_over, clearly_over))
+    assert out.readings == (just_over,)
+    assert tally.snapshot() == {(OUT_OF_RANGE, m.GPU_UTILIZATION): 1}
+
+
+def test_without_a_power_limit_the_absolute_ceiling_applies(checked):
+    validator, tally = checked
+    out = validator.check(_sample(Reading(m.POWER, 1500.0), Reading(m.POWER, 6000.0)))
+    assert _values(out) == {m.POWER: 1500.0}
+    assert tally.snapshot() == {(OUT_OF_RANGE, m.POWER): 1}
+
+
+def test_an_invalid_limit_bounds_nothing_and_is_dropped_itself(checked):
+    validator, tally = checked
+    out = validator.check(_sample(Reading(m.MEMORY_USAGE, 80 * GIB),
+                                  Reading(m.MEMORY_LIMIT, math.nan)))
+    assert _values(out) == {m.MEMORY_USAGE: 80 * GIB}
+    assert tally.snapshot() == {(NOT_FINITE, m.MEMORY_LIMIT): 1}
+
+
+def test_the_log_says_it_once_per_device_and_metric(checked, caplog):
+    validator, tally = checked
+    other = Device("nvidia", "1", "GPU-1", "NVIDIA H200")
+    with caplog.at_level(logging.WARNING, logger="ray_accel.exporter.validation"):
+        for _ in range(5):
+            validator.check(_sample(Reading(m.MEMORY_BANDWIDTH_UTILIZATION, 2.5),
+                                    Reading(m.POWER, -50.0)))
+            validator.check(_sample(Reading(m.POWER, -50.0), device=other))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3, lines
+    assert sum("GPU-0" in line and m.POWER in line for line in lines) == 1
+    assert sum("GPU-0" in line and m.MEMORY_BANDWIDTH_UTILIZATION in line for line in lines) == 1
+    assert sum("GPU-1" in line and m.POWER in line for line in lines) == 1
+    assert tally.snapshot() == {(OUT_OF_RANGE, m.POWER): 10,
+                                (OUT_OF_RANGE, m.MEMORY_BANDWIDTH_UTILIZATION): 5}
+
+
+def _energy(value: float) -> Reading:
+    return Reading(m.ENERGY, value)
+
+
+def test_a_counter_that_goes_backwards_is_not_exported_as_a_decrease(checked):
+    validator, tally = checked
+    exported = []
+    for value in (100.0, 150.0, 90.0, 160.0):
+        exported.append(_values(validator.check(_sample(_energy(value)))).get(m.ENERGY))
+    assert exported == [100.0, 150.0, None, 160.0]
+    assert tally.snapshot() == {(COUNTER_DECREASED, m.ENERGY): 1}
+
+
+def test_a_device_that_came_back_from_down_may_start_its_counters_again(checked):
+    validator, tally = checked
+    validator.check(_sample(_energy(5000.0)))
+    validator.check(_sample(up=False))  # lost: a reset or a driver reload follows
+    assert _values(validator.check(_sample(_energy(3.0)))) == {m.ENERGY: 3.0}
+    assert tally.snapshot() == {}
+
+
+def test_a_counter_counting_on_from_a_lower_value_is_taken_as_an_unannounced_reset(checked):
+    validator, tally = checked
+    validator.check(_sample(_energy(5000.0)))
+    exported = [_values(validator.check(_sample(_energy(v)))).get(m.ENERGY)
+                for v in range(10, 10 + RESET_CONFIRM_SAMPLES + 1)]
+    assert exported == [None] * (RESET_CONFIRM_SAMPLES - 1) + [12.0, 13.0]
+    assert tally.snapshot() == {(COUNTER_DECREASED, m.ENERGY): RESET_CONFIRM_SAMPLES - 1}
+
+
+def test_link_counters_are_checked_per_link_and_direction(checked):
+    validator, tally = checked
+
+    def link(index: int, tx: float, up: float = 1.0) -> Link:
+        return Link("nvlink", index, (Reading(m.LINK_IO, tx, (("direction", "transmit"),)),
+                                      Reading(m.LINK_UP, up)))
+
+    validator.check(_sample(links=(link(0, 1000.0), link(1, 50.0))))
+    out = validator.check(_sample(links=(link(0, 900.0), link(1, 60.0, up=3.0))))
+    assert [[(r.metric, r.value) for r in lk.readings] for lk in out.links] == [
+        [(m.LINK_UP, 1.0)], [(m.LINK_IO, 60.0)]]
+    assert tally.snapshot() == {(COUNTER_DECREASED, m.LINK_IO): 1, (OUT_OF_RANGE, m.LINK_UP): 1}
+
+
+def test_process_readings_are_checked_against_their_device(checked):
+    validator, tally = checked
+    greedy = ProcessSample(7, (Reading(m.PROCESS_MEMORY_USAGE, 200 * GIB),
+                               Reading(m.PROCESS_UTILIZATION, 0.5, (("engine", "sm"),))))
+    busy = ProcessSample(8, (Reading(m.PROCESS_UTILIZATION, 1.5, (("engine", "sm"),)),))
+    out = validator.check(_sample(Reading(m.MEMORY_LIMIT, 141 * GIB), processes=(greedy, busy)))
+    assert [[r.value for r in p.readings] for p in out.processes] == [[0.5], []]
+    assert tally.snapshot() == {(OVER_LIMIT, m.PROCESS_MEMORY_USAGE): 1,
+                                (OUT_OF_RANGE, m.PROCESS_UTILIZATION): 1}
+
+
+def test_a_process_that_left_forgets_its_counters(checked):
+    validator, tally = checked
+
+    def runtime(pid: int, executions: float) -> ProcessSample:
+        return ProcessSample(pid, (Reading(m.NEURON_EXECUTIONS, executions,
+                                           (("outcome", "completed"),)),))
+
+    validator.check(_sample(processes=(runtime(40, 500.0),)))
+    assert validator.check(_sample(processes=(runtime(40, 400.0),))).processes[0].readings == ()
+    validator.check(_sample())  # pid 40 exited; a new process may get its pid
+    out = validator.check(_sample(processes=(runtime(40, 2.0),)))
+    assert out.processes[0].readings[0].value == 2.0
+    assert tally.snapshot() == {(COUNTER_DECREASED, m.NEURON_EXECUTIONS): 1}
+
+
+def test_the_check_is_vendor_neutral(checked):
+    validator, tally = checked
+    out = validator.check(_sample(Reading(m.POWER, 4294967.295), Reading(m.POWER_LIMIT, 750.0),
+                                  Reading(m.TEMPERATURE, 65535.0, (("sensor", "hotspot"),)),
+                                  Reading(m.TEMPERATURE, 60.0, (("sensor", "edge"),)),
+                                  device=MI300X))
+    assert [(r.metric, r.value) for r in out.readings] == [
+        (m.POWER_LIMIT, 750.0), (m.TEMPERATURE, 60.0)]
+    assert tally.snapshot() == {(OUT_OF_RANGE, m.POWER): 1, (OUT_OF_RANGE, m.TEMPERATURE): 1}
+
+
+class _Impossible(Backend):
+    """One device answering power -50 W (wrapped through uint32) and utilization 150 %."""
+
+    name = "impossible"
+    vendor = "test"
+
+    def open(self):
+        return [GPU]
+
+    def sample(self, device: Device) -> DeviceSample:
+        return _sample(Reading(m.POWER, 4294917.296), Reading(m.POWER_LIMIT, 700.0),
+                       Reading(m.GPU_UTILIZATION, 1.5, (("task", "general"),)),
+                       Reading(m.TEMPERATURE, 40.0, (("sensor", "gpu"),)), device=device)
+
+
+def test_the_sampler_drops_and_counts_what_a_backend_gets_wrong():
+    sampler = Sampler([_Impossible()], SnapshotStore(), interval_s=0.2)
+    snapshot = [sampler.run_cycle() for _ in range(3)][-1]
+    (sample,) = snapshot.devices
+    assert _values(sample) == {m.POWER_LIMIT: 700.0, m.TEMPERATURE: 40.0}
+    assert snapshot.error_counts[("impossible", OUT_OF_RANGE, m.POWER)] == 2
+    assert snapshot.error_counts[("impossible", OUT_OF_RANGE, m.GPU_UTILIZATION)] == 2
+    text = snapshot_text(snapshot).decode()
+    assert "hw_power_watts{" not in text and "hw_gpu_utilization_ratio{" not in text
+    assert 'hw_temperature_celsius{' in text
+    assert ('ray_accelerator_agent_errors_total{backend="impossible",function="hw.power",'
+            'kind="out_of_range"} 2') in text.replace(", ", ",")
