@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from ..exporter.model import Device, Peer
+from ..exporter.serving import json_error
 from ..exporter.topology import matrix
 from .aggregate import FINDING_KINDS, SEVERITIES, ClusterView, node_brief
 from .collector import Collector
@@ -47,7 +48,8 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 def error_response(status: int, message: str) -> web.Response:
-    return json_response({"error": message, "status": status}, status)
+    """The API's error body (the same shape as the agent's)."""
+    return json_error(status, message)
 
 
 def _check_id(kind: str, text: str) -> str:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ..exporter.serving import ServingLimits, errors_as_json, raise_open_file_limit
+from ..exporter.serving import serve as start_serving
 from .api import PREFIX, AcceleratorsApi, error_response
 from .collector import DEFAULT_REFRESH_S, Collector, Discover, registry_discovery
 
@@ -63,7 +65,8 @@ def token_middleware(token: str | None):
 
 def build_app(api: AcceleratorsApi, token: str | None = None) -> web.Application:
     """The standalone aiohttp application around `api`."""
-    app = web.Application(middlewares=[token_middleware(token)], client_max_size=16 * 1024)
+    app = web.Application(middlewares=[errors_as_json, token_middleware(token)],
+                          client_max_size=16 * 1024)
 
     async def root(request: web.Request) -> web.StreamResponse:
         raise web.HTTPFound(PREFIX + "/")
@@ -135,17 +138,12 @@ def ray_dashboard_url(gcs_address: str) -> str | None:
 
 
 async def serve(api: AcceleratorsApi, host: str, port: int, token: str | None,
-                ready=None) -> None:
+                ready=None, limits: ServingLimits | None = None) -> None:
     """Serve until SIGINT/SIGTERM."""
-    runner = web.AppRunner(build_app(api, token), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = runner.addresses[0][1] if runner.addresses else port
-    shown = f"[{host}]" if ":" in host else host
-    print(f"ray-accel dashboard serving http://{shown}:{bound}{PREFIX}/", flush=True)
+    serving = await start_serving(build_app(api, token), host, port, limits)
+    print(f"ray-accel dashboard serving {serving.url}{PREFIX}/", flush=True)
     if ready is not None:
-        ready(bound)
+        ready(serving.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -154,7 +152,7 @@ async def serve(api: AcceleratorsApi, host: str, port: int, token: str | None,
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await serving.close()
 
 
 def _port(text: str) -> int:
@@ -219,6 +217,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
                     "cluster's accelerator data", args.host)
     collector = Collector(discover or registry_discovery(address), refresh_s=args.refresh)
     api = AcceleratorsApi(collector, "standalone", ray_dashboard_url(address))
+    raise_open_file_limit()
     try:
         asyncio.run(serve(api, args.host, args.port, token))
     except OSError as error:

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
-from aiohttp import web
-
 from .attribution.guard import DEFAULT_TASK_ID_CAP, TaskIdGuard
 from .attribution.transfers import DEFAULT_REPORT_AFTER_S, DEFAULT_STALL_AFTER_S
 from .backends import Backend, load_backends
@@ -26,6 +24,7 @@ from .collective import (
 )
 from .sampler import Sampler
 from .server import AgentHttp
+from .serving import Serving, ServingLimits, serve
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -82,6 +81,8 @@ class AgentConfig:
     collective_window_s: float = DEFAULT_WINDOW_S
     collective_busy_utilization: float = DEFAULT_BUSY_UTILIZATION
     collective_flat_bytes_per_s: float = DEFAULT_FLAT_BYTES_PER_S
+    # Header and idle timeouts, connection cap (exporter/serving.py).
+    limits: ServingLimits = field(default_factory=ServingLimits)
 
 
 class AgentExtension(Protocol):
@@ -99,8 +100,6 @@ class Agent:
 
     def __init__(self, config: AgentConfig, backends: Sequence[Backend] | None = None,
                  extensions: Sequence[AgentExtension] | None = None) -> None:
-        from .extensions import configured_extensions
-
         self.config = config
         self.simulation = None
         node_labels = dict(config.node_labels)
@@ -110,8 +109,20 @@ class Agent:
             from .simulate import SimulatedHardware
 
             self.simulation = SimulatedHardware.start(config.simulate)
-            self.simulation.activate()
             facts["scenario"] = self.simulation.scenario_name
+        try:
+            if self.simulation is not None:
+                self.simulation.activate()
+            self._build(config, backends, extensions, node_labels, facts)
+        except BaseException:
+            self.release_simulation()
+            raise
+
+    def _build(self, config: AgentConfig, backends: Sequence[Backend] | None,
+               extensions: Sequence[AgentExtension] | None, node_labels: dict[str, str],
+               facts: dict[str, str]) -> None:
+        from .extensions import configured_extensions
+
         if config.simulate or simulated_environment():
             node_labels["simulated"] = "true"
         self.store = SnapshotStore()
@@ -128,7 +139,7 @@ class Agent:
         self.extensions: list[AgentExtension] = list(
             configured_extensions(config) if extensions is None else extensions
         )
-        self._runner: web.AppRunner | None = None
+        self._serving: Serving | None = None
         self.port: int | None = None
 
     @staticmethod
@@ -159,27 +170,40 @@ class Agent:
             self.attribution.start()
         self.sampler.start()
         http = AgentHttp(self.store, lambda: self.sampler.alive)
-        self._runner = web.AppRunner(http.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._serving = await serve(http.app(), self.config.host, self.config.port,
+                                    self.config.limits)
+        self.port = self._serving.port
         for extension in self.extensions:
             await extension.start(self)
 
     async def stop(self) -> None:
-        """Stop serving and sampling."""
+        """Stop serving and sampling, and remove the simulated hardware this agent started.
+
+        Safe to call after a failed or partial `start`.
+        """
+        try:
+            await self._stop_running()
+        finally:
+            self.release_simulation()
+
+    async def _stop_running(self) -> None:
         for extension in reversed(self.extensions):
             try:
                 await extension.stop()
             except Exception:  # one extension must not keep the agent from stopping
                 log.exception("stopping %s failed", type(extension).__name__)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._serving is not None:
+            await self._serving.close()
+            self._serving = None
         await asyncio.to_thread(self.sampler.stop)
         if self.attribution is not None:
             await asyncio.to_thread(self.attribution.stop)
+
+    def release_simulation(self) -> None:
+        """Remove the simulated hardware (its temporary folder) this agent started, if any."""
+        simulation, self.simulation = self.simulation, None
+        if simulation is not None:
+            simulation.close()
 
 
 async def serve_forever(agent: Agent) -> None:
@@ -188,10 +212,10 @@ async def serve_forever(agent: Agent) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await agent.start()
-    log.info("ray-accel agent on %s (host %s)", agent.url, socket.gethostname())
-    print(f"ray-accel agent serving {agent.url}/metrics", flush=True)
     try:
+        await agent.start()
+        log.info("ray-accel agent on %s (host %s)", agent.url, socket.gethostname())
+        print(f"ray-accel agent serving {agent.url}/metrics", flush=True)
         await stop.wait()
     finally:
         await agent.stop()

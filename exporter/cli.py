@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from ..dashboard_module.standalone import register as register_dashboard
 from ..grafana.cli import register as register_grafana
@@ -15,6 +17,7 @@ from .agent import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, Agent, AgentC
 from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
 from .catalog import CATALOG, NODE_LABELS
+from .serving import raise_open_file_limit
 
 MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 3600.0
@@ -153,12 +156,37 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                          attribution_interval_s=args.attribution_interval,
                          task_id_cap=args.task_id_cap, names=not args.hide_names,
                          **agent_options(args, parser), **transfer_options(args))
+    raise_open_file_limit()
     try:
-        asyncio.run(serve_forever(Agent(config)))
+        with terminate_as_interrupt():
+            agent = Agent(config)
+            try:
+                asyncio.run(serve_forever(agent))
+            finally:
+                agent.release_simulation()
     except OSError as error:
         print(f"ray-accel: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
     return 0
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while the block runs, so `finally` clauses clean up.
+
+    The agent's event loop installs its own handlers once it runs; this covers the
+    time before (building the simulated hardware, opening backends).
+    """
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

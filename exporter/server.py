@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .model import stale_after_s
+from .serving import errors_as_json, json_error
 from .sinks.json import snapshot_document
 from .sinks.prometheus import PrometheusRenderer, wants_openmetrics
 from .store import SnapshotStore
@@ -21,11 +22,6 @@ ENDPOINTS = {
     "/api/v1/snapshot": "the latest node snapshot as JSON",
 }
 MAX_REQUEST_BYTES = 16 * 1024
-
-
-def json_error(status: int, message: str) -> web.Response:
-    """A JSON error body with the given HTTP status."""
-    return web.json_response({"error": message, "status": status}, status=status)
 
 
 # Query parameters each endpoint accepts; anything else is refused with 400.
@@ -49,16 +45,6 @@ async def _known_parameters_only(request: web.Request, handler: Handler) -> web.
     return await handler(request)
 
 
-@web.middleware
-async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return json_error(exc.status, exc.reason)
-
-
 class AgentHttp:
     """Handlers over a snapshot store; `sampler_alive` tells whether sampling still runs."""
 
@@ -69,7 +55,7 @@ class AgentHttp:
         self._renderer = renderer or PrometheusRenderer()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors_as_json, _known_parameters_only],
+        app = web.Application(middlewares=[errors_as_json, _known_parameters_only],
                               client_max_size=MAX_REQUEST_BYTES)
         app.router.add_get("/", self.index)
         app.router.add_get("/metrics", self.metrics)
