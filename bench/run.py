@@ -189,6 +189,25 @@ def aggregation(results: dict) -> None:
     results["aggregation"] = rows
 
 
+def slow_clients(results: dict) -> None:
+    """Scrape latency of an agent process while 1,500 clients trickle request heads."""
+    finished = subprocess.run([sys.executable, str(ROOT / "bench" / "http_slow_clients.py")],
+                              capture_output=True, text=True, check=True)
+    results["slow_clients"] = json.loads(finished.stdout.strip().splitlines()[-1])
+
+
+def slow_clients_lines(r: dict) -> list[str]:
+    rows = [("alone", r["alone"]), (f"{r['slow_clients']:,} slow clients", r["under_load"])]
+    lines = ["| while | kept-alive p50 / p99 / max | fresh connection p50 / p99 / max | "
+             "failed |", "|---|---|---|---|"]
+    for what, figures in rows:
+        cells = [" / ".join(f"{figures[kind][q]:.3g}" for q in ("p50_ms", "p99_ms", "max_ms"))
+                 + " ms" for kind in ("kept", "fresh")]
+        tried = figures["kept"]["count"] + figures["fresh"]["count"] + figures["failures"]
+        lines.append(f"| {what} | {cells[0]} | {cells[1]} | {figures['failures']} of {tried} |")
+    return lines
+
+
 def targets(results: dict) -> list[str]:
     """One line per target of the benchmark plan: met or missed, with the figures."""
     c, s, f = results["collection"], results["scrape"], results["footprint"]
@@ -386,6 +405,22 @@ def report(results: dict) -> str:
         "",
         *aggregation_lines(results["aggregation"]),
         "",
+        "## 6. Scrapes under slow clients",
+        "",
+        "`ray-accel agent` on the simulated node, scraped every 0.25 s over one kept-alive",
+        "connection and over a fresh connection each time, alone and while "
+        f"{results['slow_clients']['slow_clients']:,} clients (in the benchmark's process, "
+        "on the same CPUs) each send a request head one byte a second and reconnect when "
+        "cut off. The agent's cap is 1,024 connections: a new connection takes the place of "
+        "the oldest one without a complete request, so the slow clients keep evicting each "
+        "other (held "
+        f"{results['slow_clients']['slow_held_median_s']:.2f} s median, "
+        f"{results['slow_clients']['slow_held_max_s']:.2f} s at most, "
+        f"{results['slow_clients']['slow_connections_cut']:,} connections cut) and a scraper "
+        "that sends its request at once is always admitted.",
+        "",
+        *slow_clients_lines(results["slow_clients"]),
+        "",
         "## Against the targets",
         "",
         *targets(results),
@@ -433,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler.stop()
     scrape(results, template)
     aggregation(results)
+    slow_clients(results)
     agent_process(results, hardware, args.cycles)
     args.out.write_text(report(results))
     print(f"wrote {args.out}", file=sys.stderr)
