@@ -112,7 +112,7 @@ class ValidRange:
     factor: float = 1.0
 
     def describe(self) -> str:
-        """The range as docs and logs state it, e.g. `0 to 1` or `>= 0, <= 2 x `limit``."""
+        """The range as docs and logs state it, e.g. `0 to 1` or `>= 0, <= 2 x hw.power.limit`."""
         if self.low is not None and self.high is not None:
             parts = [f"{self.low:g} to {self.high:g}"]
         elif self.low is not None:
@@ -123,7 +123,7 @@ class ValidRange:
             parts = ["any finite value"]
         if self.bound_by:
             factor = f"{self.factor:g} x " if self.factor != 1 else ""
-            parts.append(f"<= {factor}`{self.bound_by}`")
+            parts.append(f"<= {factor}{self.bound_by}")
         return ", ".join(parts)
 
 
@@ -210,6 +210,10 @@ def _info(name: str, description: str, *labels: str, scope: Scope = Scope.DEVICE
 # Metric names, as constants so code refers to metrics without spelling them.
 GPU_UTILIZATION = "hw.gpu.utilization"
 MEMORY_BANDWIDTH_UTILIZATION = "ray.accelerator.memory.bandwidth.utilization"
+ACTIVITY = "ray.accelerator.activity"
+PIPE_ACTIVITY = "ray.accelerator.pipe.activity"
+LINK_THROUGHPUT = "ray.accelerator.link.throughput"
+PCIE_THROUGHPUT = "ray.accelerator.pcie.throughput"
 MEMORY_USAGE = "hw.gpu.memory.usage"
 MEMORY_LIMIT = "hw.gpu.memory.limit"
 MEMORY_RESERVED = "ray.accelerator.memory.reserved"
@@ -238,6 +242,11 @@ LINK_INFO = "ray.accelerator.link.info"
 PCIE_GENERATION = "ray.accelerator.pcie.link.generation"
 PCIE_WIDTH = "ray.accelerator.pcie.link.width"
 TOPOLOGY = "ray.accelerator.topology.info"
+FABRIC_STATE = "ray.accelerator.fabric.state"
+FABRIC_STATUS = "ray.accelerator.fabric.status"
+FABRIC_HEALTH_SUMMARY = "ray.accelerator.fabric.health.summary"
+FABRIC_HEALTH_ISSUE = "ray.accelerator.fabric.health.issue"
+FABRIC_INFO = "ray.accelerator.fabric.info"
 NODE_PLACEMENT = "ray.accelerator.placement.info"
 ALLOCATION = "ray.accelerator.allocation"
 ALLOCATION_IDLE = "ray.accelerator.allocation.idle"
@@ -271,7 +280,7 @@ NEURON_EXECUTION_LATENCY = "ray.accelerator.neuron.execution.latency"
 NEURON_RUNTIME_VCPU_UTILIZATION = "ray.accelerator.neuron.runtime.vcpu.utilization"
 NEURON_RUNTIME_HOST_MEMORY = "ray.accelerator.neuron.runtime.host_memory.usage"
 # Gaudi-only metric names (exporter/backends/gaudi)
-GAUDI_PCIE_THROUGHPUT = "ray.accelerator.pcie.throughput"
+GAUDI_PCIE_THROUGHPUT = PCIE_THROUGHPUT  # what the Gaudi backend reads into it
 
 # The two ends of a transfer (Ray Direct Transport): actor, class, node and devices
 # (comma-separated device UUIDs, empty where no agent of the pairing node knows them).
@@ -288,6 +297,18 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(MEMORY_BANDWIDTH_UTILIZATION, "1",
            "Fraction of the last sample period during which device memory was being read or "
            "written."),
+    _gauge(ACTIVITY, "1",
+           "Fraction of the interval since the previous sample during which the given engine "
+           "was active, as the device measures it (NVIDIA GPM, Hopper and newer; absent where "
+           "the device does not offer it): graphics (the graphics/compute engine), sm (SMs "
+           "busy), sm_occupancy (resident warps against the SMs' maximum), dram (DRAM "
+           "bandwidth used against its peak). Unlike hw.gpu.utilization, one small kernel "
+           "spinning does not make sm read 1.", "engine"),
+    _gauge(PIPE_ACTIVITY, "1",
+           "Fraction of the interval since the previous sample during which the SMs' given "
+           "pipe was busy (NVIDIA GPM): tensor (any tensor operation), tensor_hmma, "
+           "tensor_imma, tensor_dfma, tensor_dmma, fp64, fp32, fp16 (non-tensor math), "
+           "integer.", "pipe"),
     _gauge(MEMORY_USAGE, "By", "Device memory in use.",
            valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
     _gauge(MEMORY_LIMIT, "By", "Total device memory."),
@@ -348,11 +369,45 @@ CATALOG: tuple[MetricSpec, ...] = (
            "PCIe link generation, current and the most the device and slot support; current "
            "below max under load means a downtrained link.", "state"),
     _gauge(PCIE_WIDTH, "{lane}", "PCIe link width in lanes, current and max.", "state"),
+    _gauge(PCIE_THROUGHPUT, "By/s",
+           "Bytes per second the device moved over its PCIe host link, by direction (transmit, "
+           "receive), as the device measures it: NVIDIA GPM over the interval since the "
+           "previous sample, Gaudi HLML over a 10 ms sample; where the vendor offers byte "
+           "counters, hw.gpu.io on the pcie link too.", "direction"),
+    _gauge(LINK_THROUGHPUT, "By/s",
+           "Bytes per second the device moved over the link in the interval since the previous "
+           "sample, by direction (transmit, receive), as the device measures it (NVIDIA GPM: "
+           "nvlink per link, c2c per Grace-to-GPU chip-to-chip link); hw.gpu.io holds the "
+           "links' byte counters.", "link_type", "link", "direction"),
     _info(TOPOLOGY,
           "How the device reaches a peer device, in the vocabulary of `nvidia-smi topo -m` "
           "(NV# for # direct or switched NVLinks, PIX, PXB, PHB, NODE, SYS), and whether "
           "peer-to-peer access works.",
           "peer_uuid", "peer_index", "connection", "p2p"),
+    # NVLink fabric (NVSwitch systems: GB200/GB300 NVL72, HGX B200), read every cycle
+    _gauge(FABRIC_STATE, "",
+           "NVLink fabric registration state of the GPU (nvmlGpuFabricState_t): 1 not "
+           "started, 2 in progress, 3 completed; absent where the GPU has no NVLink fabric.",
+           valid=ValidRange(1, 3)),
+    _gauge(FABRIC_STATUS, "",
+           "Result of the GPU's fabric registration as an NVML return code: 0 success, "
+           "anything else the error it failed with (meaningful once the state is completed).",
+           valid=ValidRange(0, 999)),
+    _gauge(FABRIC_HEALTH_SUMMARY, "",
+           "The driver's summary of the GPU's fabric health: 1 healthy, 2 unhealthy, 3 "
+           "limited capacity; absent where not reported.", valid=ValidRange(1, 3)),
+    _gauge(FABRIC_HEALTH_ISSUE, "",
+           "1 while the fabric health mask reports the given issue (degraded_bandwidth, "
+           "route_recovery, route_unhealthy, access_timeout_recovery, "
+           "incorrect_configuration, partition_unassigned, gfm_disconnected), 0 while it "
+           "reports the field fine; absent where the field is not supported.", "field",
+           valid=FLAG),
+    _info(FABRIC_INFO,
+          "The GPU's NVLink fabric: cluster UUID and clique (its NVLink domain), and the "
+          "names of its state, registration status, health summary and incorrect "
+          "configuration reason (none when correct).",
+          "cluster_uuid", "clique_id", "state", "status", "health_summary",
+          "incorrect_configuration"),
     _gauge(DEVICE_ALLOCATED, "1",
            "Fraction of the device Ray's scheduler has assigned to workers, all together."),
     # Ray workers and processes on devices
@@ -463,12 +518,6 @@ CATALOG: tuple[MetricSpec, ...] = (
            "system), as neuron-monitor reports it.", "mode", scope=Scope.PROCESS),
     _gauge(NEURON_RUNTIME_HOST_MEMORY, "By", "Host memory the Neuron runtime process uses.",
            scope=Scope.PROCESS),
-    # Gaudi-only metrics
-    _gauge(GAUDI_PCIE_THROUGHPUT, "By/s",
-           "Bytes per second the device moved over its PCIe host link, by direction (transmit, "
-           "receive), sampled by the driver over a short window (Gaudi: HLML's 10 ms sample); "
-           "where the vendor offers byte counters instead, hw.gpu.io on the pcie link.",
-           "direction"),
 )
 
 _BY_NAME = {spec.name: spec for spec in CATALOG}

@@ -273,6 +273,7 @@ DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "performance_state": checks.signal_check(0, 15, whole=True),
     "ecc_mode": checks.boolean,
     "load_from_processes": checks.boolean,
+    "raw_values": checks.boolean,
     "ecc_corrected": checks.counter,
     "ecc_uncorrected": checks.counter,
     "remapped_rows": _check_remapped_rows,
@@ -307,6 +308,18 @@ MIG_CHECKS: dict[str, Callable[[Any, str], None]] = {
 }
 
 DEVICE_KEYS = tuple(DEVICE_CHECKS)
+
+# With "raw_values": true these signals may take any finite value, and the simulated
+# library answers them as given: percentages above 100, negative power wrapped
+# through uint32, memory used above total (docs/simulation.md, "Raw values").
+RAW_SIGNAL_KEYS = (
+    "memory_used_bytes", "utilization_gpu_percent", "utilization_memory_percent",
+    "encoder_percent", "decoder_percent", "power_mw", "temperature_c",
+    "clock_sm_mhz", "clock_memory_mhz", "clock_graphics_mhz", "clock_video_mhz",
+)
+RAW_DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
+    **DEVICE_CHECKS, **{key: checks.signal_check(lo=None) for key in RAW_SIGNAL_KEYS},
+}
 MIG_DEVICE_KEYS = tuple(MIG_CHECKS)
 
 
@@ -325,7 +338,7 @@ def _check_mig_devices(device: Mapping[str, Any], path: str) -> None:
 
 
 def check_device(device: Mapping[str, Any], path: str, count: int) -> None:
-    checks.keys_with(device, path, DEVICE_CHECKS)
+    checks.keys_with(device, path, RAW_DEVICE_CHECKS if device.get("raw_values") else DEVICE_CHECKS)
     _check_mig_devices(device, path)
     for key in ("topology", "p2p"):
         for other in device.get(key) or {}:

@@ -84,6 +84,7 @@ _SCALARS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "performance_state": ("performance_state", _signal_text),
     "ecc_mode": ("ecc_mode", lambda v: "1" if v else "0"),
     "load_from_processes": ("load_from_processes", lambda v: "1" if v else "0"),
+    "raw_values": ("raw_values", lambda v: "1" if v else "0"),
     "ecc_corrected": ("ecc_corrected", _counter_text),
     "ecc_uncorrected": ("ecc_uncorrected", _counter_text),
     "pcie_replay": ("pcie_replay", _counter_text),

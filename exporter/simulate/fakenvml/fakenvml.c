@@ -41,7 +41,9 @@
  *                  k <linear|step> <period_s, 0 = none> <n> <t1> <v1> ... <tn> <vn>
  *   counter keys:  <start> <signal>   value = floor(start + integral of the signal)
  * A key that is not given makes the NVML functions reading it answer
- * NVML_ERROR_NOT_SUPPORTED. Lists are announced by a count line, then items:
+ * NVML_ERROR_NOT_SUPPORTED. Values are saturated to the NVML type's range and
+ * percentages capped at 100, unless the device has "raw_values 1" (section
+ * "Raw values"). Lists are announced by a count line, then items:
  *   processes <n>   process <pid> <1 compute|2 graphics|3 both> <used bytes> <sm%> <mem%> <enc%> <dec%> [live]
  *                   ("live": listed only while a process with that pid exists)
  *   xid_events <n>  xid <at_s> <xid>
@@ -247,6 +249,7 @@ typedef struct fake_dev {
     signal_t clocks_event_reasons, pstate;
     num_t ecc_mode;
     num_t load_from_processes; /* add the processes' memory and engine use to the device's */
+    num_t raw_values; /* answer values exactly as given (section "Raw values") */
     counter_t ecc[2]; /* corrected, uncorrected */
     num_t remapped[4]; /* correctable, uncorrectable, pending, failure */
     num_t retired[2];  /* multiple single bit, double bit */
@@ -325,6 +328,7 @@ static const key_spec DEVICE_KEYS[] = {
     KEY("memory_reserved_bytes", KT_NUM, memory_reserved),
     KEY("memory_used_bytes", KT_SIG, memory_used),
     KEY("load_from_processes", KT_NUM, load_from_processes),
+    KEY("raw_values", KT_NUM, raw_values),
     KEY("utilization_gpu_percent", KT_SIG, util_gpu),
     KEY("utilization_memory_percent", KT_SIG, util_memory),
     KEY("encoder_percent", KT_SIG, encoder),
@@ -439,6 +443,38 @@ static unsigned long long to_ull(double v)
         return ULLONG_MAX;
     return (unsigned long long)(v + 0.5);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Raw values                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* A device with raw_values answers what its scenario asks the way a driver
+ * with a firmware bug or a wrapped counter would: percentages are not capped
+ * at 100, and a value outside the unsigned NVML type is converted as C
+ * converts an integer, modulo 2^32 or 2^64 (power -50000 mW reads 4294917296).
+ * Other devices saturate to the type's range and cap percentages at 100. */
+static int raw_values(const fake_dev *d)
+{
+    return d->raw_values.present && d->raw_values.v != 0;
+}
+
+static unsigned int dev_uint(const fake_dev *d, double v)
+{
+    if (!raw_values(d))
+        return to_uint(v);
+    return (unsigned int)((unsigned long long)to_ll(v) & 0xFFFFFFFFull);
+}
+
+static unsigned long long dev_ull(const fake_dev *d, double v)
+{
+    return raw_values(d) ? (unsigned long long)to_ll(v) : to_ull(v);
+}
+
+static double dev_percent(const fake_dev *d, double percent)
+{
+    return raw_values(d) || percent <= 100.0 ? percent : 100.0;
+}
+/* ----------------------------- end of Raw values ------------------------ */
 
 /* Microseconds since the Unix epoch at simulation time t. */
 static long long state_unix_us(const fake_state *s, double t)
@@ -1416,7 +1452,7 @@ static nvmlReturn_t get_signal_uint(const char *fn, nvmlDevice_t h, size_t offse
     const signal_t *s = dev_member(c.dev, offset);
     if (!s->present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
-    *out = to_uint(sig_value(s, c.t));
+    *out = dev_uint(c.dev, sig_value(s, c.t));
     return leave(NVML_SUCCESS);
 }
 
@@ -1432,7 +1468,7 @@ static nvmlReturn_t get_num_uint(const char *fn, nvmlDevice_t h, size_t offset, 
     const num_t *n = dev_member(c.dev, offset);
     if (!n->present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
-    *out = to_uint(n->v);
+    *out = dev_uint(c.dev, n->v);
     return leave(NVML_SUCCESS);
 }
 
@@ -1791,11 +1827,6 @@ typedef struct {
     double used_bytes, sm, mem;
 } process_load_t;
 
-static double at_most_100(double percent)
-{
-    return percent > 100.0 ? 100.0 : percent;
-}
-
 /* What the device's live processes add to its own figures, when the scenario
  * asks for it (load_from_processes): simulated contexts then show up in the
  * device's memory and utilization like real ones. */
@@ -1821,7 +1852,7 @@ static int memory_values(const fake_dev *d, double t, mem_values_t *m)
         return -1;
     m->total = to_ull(d->memory_total.v);
     m->reserved = d->memory_reserved.present ? to_ull(d->memory_reserved.v) : 0;
-    m->used = to_ull(sig_value(&d->memory_used, t) + process_load(d).used_bytes);
+    m->used = dev_ull(d, sig_value(&d->memory_used, t) + process_load(d).used_bytes);
     unsigned long long taken = m->reserved + m->used;
     m->free = taken >= m->total ? 0 : m->total - taken;
     return 0;
@@ -1876,8 +1907,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUti
     if (!c.dev->util_gpu.present || !c.dev->util_memory.present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
     process_load_t load = process_load(c.dev);
-    utilization->gpu = to_uint(at_most_100(sig_value(&c.dev->util_gpu, c.t) + load.sm));
-    utilization->memory = to_uint(at_most_100(sig_value(&c.dev->util_memory, c.t) + load.mem));
+    utilization->gpu = dev_uint(c.dev, dev_percent(c.dev, sig_value(&c.dev->util_gpu, c.t) + load.sm));
+    utilization->memory =
+        dev_uint(c.dev, dev_percent(c.dev, sig_value(&c.dev->util_memory, c.t) + load.mem));
     return leave(NVML_SUCCESS);
 }
 
@@ -1933,7 +1965,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, u
     double mj = c.dev->energy_start.v;
     if (c.dev->power.present)
         mj += sig_integral(&c.dev->power, c.t);
-    *energy = to_ull(dfloor(mj));
+    *energy = dev_ull(c.dev, dfloor(mj));
     return leave(NVML_SUCCESS);
 }
 
