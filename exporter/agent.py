@@ -22,6 +22,7 @@ from .collective import (
     CollectiveStallDetector,
     CollectiveStallSettings,
 )
+from .exposure import Exposure, ExposureSettings, guarded_app
 from .sampler import Sampler
 from .server import AgentHttp
 from .serving import Serving, ServingLimits, serve
@@ -83,6 +84,8 @@ class AgentConfig:
     collective_flat_bytes_per_s: float = DEFAULT_FLAT_BYTES_PER_S
     # Header and idle timeouts, connection cap (exporter/serving.py).
     limits: ServingLimits = field(default_factory=ServingLimits)
+    # Token, /metrics auth, TLS and basic auth (exporter/exposure.py).
+    exposure: ExposureSettings = field(default_factory=ExposureSettings)
 
 
 class AgentExtension(Protocol):
@@ -102,6 +105,7 @@ class Agent:
                  extensions: Sequence[AgentExtension] | None = None) -> None:
         self.config = config
         self.simulation = None
+        self.exposure = Exposure(config.host, config.exposure)  # ExposureError when unusable
         node_labels = dict(config.node_labels)
         facts = {"version": agent_version(), "interval_seconds": f"{config.interval_s:g}",
                  "scenario": ""}
@@ -162,7 +166,7 @@ class Agent:
     def url(self) -> str:
         host = self.config.host
         shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{self.port}"
+        return f"{self.exposure.scheme}://{shown}:{self.port}"
 
     async def start(self) -> None:
         """Start sampling and listening; returns once the server accepts connections."""
@@ -170,8 +174,10 @@ class Agent:
             self.attribution.start()
         self.sampler.start()
         http = AgentHttp(self.store, lambda: self.sampler.alive)
-        self._serving = await serve(http.app(), self.config.host, self.config.port,
-                                    self.config.limits)
+        await self.exposure.start()
+        self._serving = await serve(guarded_app(http.app(), self.exposure), self.config.host,
+                                    self.config.port, self.config.limits,
+                                    self.exposure.ssl_context)
         self.port = self._serving.port
         for extension in self.extensions:
             await extension.start(self)
@@ -195,6 +201,7 @@ class Agent:
         if self._serving is not None:
             await self._serving.close()
             self._serving = None
+        await self.exposure.stop()
         await asyncio.to_thread(self.sampler.stop)
         if self.attribution is not None:
             await asyncio.to_thread(self.attribution.stop)
@@ -214,7 +221,8 @@ async def serve_forever(agent: Agent) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         await agent.start()
-        log.info("ray-accel agent on %s (host %s)", agent.url, socket.gethostname())
+        log.info("ray-accel agent on %s (host %s): %s", agent.url, socket.gethostname(),
+                 agent.exposure.describe())
         print(f"ray-accel agent serving {agent.url}/metrics", flush=True)
         await stop.wait()
     finally:

@@ -17,6 +17,7 @@ from .agent import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, Agent, AgentC
 from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
 from .catalog import CATALOG, NODE_LABELS
+from .exposure import ExposureError, add_exposure_arguments, exposure_settings
 from .serving import raise_open_file_limit
 
 MIN_INTERVAL_S = 0.05
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_agent_transfer_arguments(agent)
     add_agent_arguments(agent)
+    add_exposure_arguments(agent)
     agent.set_defaults(run=_run_agent)
 
     demo = commands.add_parser(
@@ -155,6 +157,7 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                          ray_node_id=args.ray_node_id,
                          attribution_interval_s=args.attribution_interval,
                          task_id_cap=args.task_id_cap, names=not args.hide_names,
+                         exposure=exposure_settings(args),
                          **agent_options(args, parser), **transfer_options(args))
     raise_open_file_limit()
     try:
@@ -164,6 +167,9 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                 asyncio.run(serve_forever(agent))
             finally:
                 agent.release_simulation()
+    except ExposureError as error:
+        print(f"ray-accel agent: {error}", file=sys.stderr)
+        return 2
     except OSError as error:
         print(f"ray-accel: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-_URL = re.compile(r"serving (http://\S+)/metrics")
+_URL = re.compile(r"serving (https?://\S+)/metrics")
 
 
 class AgentProcess:

@@ -1,0 +1,181 @@
+"""Exposure of a real agent process: token, --metrics-auth, basic auth, TLS, web-config reload.
+
+A real Prometheus scrapes the agent over TLS with a bearer token and with basic
+auth (certificates generated here); without credentials every endpoint but
+/healthz answers a JSON 401.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from agent_process import AgentProcess
+from prometheus_server import PrometheusServer, wait_until
+from tls_files import make_certificates, write_web_config
+
+TOKEN = "t0ken-for-tests"
+GUARDED = ("/", "/api/v1/snapshot", "/nope")
+
+
+def fetch(url: str, headers: dict[str, str] | None = None,
+          context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as reply:
+            return reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def bearer(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    return path
+
+
+def test_token_guards_every_endpoint_but_healthz(token_file):
+    with AgentProcess("--simulate", "l4-pcie", "--token-file", str(token_file),
+                      "--metrics-auth", "token") as agent:
+        for path in ("/metrics", *GUARDED):
+            for headers in ({}, bearer("wrong"), basic("x", "y")):
+                status, reply_headers, body = fetch(agent.url + path, headers)
+                assert status == 401, (path, headers)
+                assert reply_headers["Content-Type"] == "application/json"
+                assert json.loads(body)["status"] == 401
+                assert "Bearer" in reply_headers["WWW-Authenticate"]
+        status, _, _ = fetch(agent.url + "/healthz")
+        assert status in (200, 503)
+        wait_until(lambda: fetch(agent.url + "/api/v1/snapshot", bearer())[0] == 200,
+                   "a snapshot with the token")
+        assert fetch(agent.url + "/metrics", bearer())[0] == 200
+        assert fetch(agent.url + "/nope", bearer())[0] == 404
+
+
+def test_metrics_auth_none_leaves_only_metrics_open(token_file):
+    with AgentProcess("--simulate", "l4-pcie", "--token-file", str(token_file),
+                      "--metrics-auth", "none") as agent:
+        wait_until(lambda: fetch(agent.url + "/metrics")[0] == 200, "/metrics without token")
+        assert fetch(agent.url + "/api/v1/snapshot")[0] == 401
+
+
+def test_loopback_agent_without_token_is_open():
+    with AgentProcess("--simulate", "l4-pcie") as agent:
+        wait_until(lambda: fetch(agent.url + "/api/v1/snapshot")[0] == 200, "an open snapshot")
+
+
+def _run_agent(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "agent", "--no-ray",
+                           "--port", "0", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_bad_web_config_is_refused_at_start(tmp_path):
+    cases = {
+        "basic_auth_users: {prom: plaintext}\n": "not a bcrypt hash",
+        "tls_server_config: {cert_file: missing.crt, key_file: missing.key}\n":
+            "cannot load cert_file",
+        "tls_server_config: {cert_file: a, key_file: b, cipher_suites: [X]}\n":
+            "cipher_suites is not supported",
+        "tls_server_config: {cert_file: a, key_file: b, client_auth_type: RequestClientCert}\n":
+            "RequestClientCert is not supported",
+        "basic_auth: {}\n": "unknown key(s) basic_auth",
+        "[unclosed\n": "not valid YAML",
+    }
+    for text, message in cases.items():
+        path = tmp_path / "web.yml"
+        path.write_text(text)
+        done = _run_agent("--web-config-file", str(path))
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr and str(path) in done.stderr, done.stderr
+    done = _run_agent("--metrics-auth", "token")
+    assert done.returncode == 2 and "no token to require" in done.stderr
+
+
+def _client_context(ca) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca))
+
+
+def test_prometheus_scrapes_over_tls_with_token_and_with_basic_auth(tmp_path, token_file):
+    certs = make_certificates(tmp_path)
+    web = write_web_config(tmp_path / "web.yml", tls={"cert_file": certs["cert"],
+                                                      "key_file": certs["key"]},
+                           users={"prometheus": "s3cret"})
+    (tmp_path / "password").write_text("s3cret")
+    with AgentProcess("--simulate", "l4-pcie", "--token-file", str(token_file),
+                      "--metrics-auth", "token", "--web-config-file", str(web)) as agent:
+        assert agent.url.startswith("https://127.0.0.1:")
+        context = _client_context(certs["ca"])
+        for path in ("/metrics", *GUARDED):
+            assert fetch(agent.url + path, context=context)[0] == 401, path
+        target = agent.url.removeprefix("https://")
+        tls = f"tls_config: {{ca_file: {certs['ca']}}}"
+        config = f"""
+global: {{scrape_interval: 1s}}
+scrape_configs:
+  - job_name: token
+    scheme: https
+    {tls}
+    authorization: {{type: Bearer, credentials_file: {token_file}}}
+    static_configs: [{{targets: ["{target}"]}}]
+  - job_name: basic
+    scheme: https
+    {tls}
+    basic_auth: {{username: prometheus, password_file: {tmp_path / 'password'}}}
+    static_configs: [{{targets: ["{target}"]}}]
+  - job_name: anonymous
+    scheme: https
+    {tls}
+    static_configs: [{{targets: ["{target}"]}}]
+"""
+        with PrometheusServer(config, tmp_path / "prom") as prom:
+            def up() -> dict[str, float]:
+                found = {r["metric"]["job"]: float(r["value"][1]) for r in prom.query("up")}
+                return found if len(found) == 3 else {}
+
+            wait_until(lambda: up().get("token") == 1 and up().get("basic") == 1, "both scrapes")
+            assert up()["anonymous"] == 0
+            devices = prom.query('hw_power_watts{job="basic"}')
+            assert devices and {d["metric"]["job"] for d in devices} == {"basic"}
+            assert prom.query('hw_power_watts{job="token"}')
+
+
+def test_web_config_reload_keeps_the_last_good_file(tmp_path):
+    certs = make_certificates(tmp_path)
+    tls = {"cert_file": certs["cert"], "key_file": certs["key"]}
+    web = write_web_config(tmp_path / "web.yml", tls=tls, users={"alice": "one"})
+    with AgentProcess("--simulate", "l4-pcie", "--web-config-file", str(web)) as agent:
+        context = _client_context(certs["ca"])
+        snapshot = agent.url + "/api/v1/snapshot"
+        wait_until(lambda: fetch(snapshot, basic("alice", "one"), context)[0] == 200, "alice")
+        assert fetch(snapshot, context=context)[0] == 401
+        write_web_config(web, tls=tls, users={"bob": "two"})
+        wait_until(lambda: fetch(snapshot, basic("bob", "two"), context)[0] == 200, "bob")
+        assert fetch(snapshot, basic("alice", "one"), context)[0] == 401
+        web.write_text("basic_auth_users: {carol: not-a-hash}\n")
+        time.sleep(5)  # two polls of the file
+        assert fetch(snapshot, basic("bob", "two"), context)[0] == 200
+        (tmp_path / "renewed").mkdir()
+        renewed = make_certificates(tmp_path / "renewed", "renewed server")
+        write_web_config(web, tls={"cert_file": renewed["cert"], "key_file": renewed["key"]},
+                         users={"bob": "two"})
+        new_context = _client_context(renewed["ca"])
+        wait_until(lambda: fetch(snapshot, basic("bob", "two"), new_context)[0] == 200,
+                   "the renewed certificate")
+    log = "".join(agent.output) + agent.proc.stdout.read()
+    assert "not reloaded, keeping the last good one" in log and "not a bcrypt hash" in log
