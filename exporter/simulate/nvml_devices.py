@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import amd_scenario, checks
+from . import amd_scenario, checks, nvml_gpm
 from .nvml_vocabulary import (
     ARCHITECTURES,
     FABRIC_STATES,
@@ -294,6 +294,8 @@ DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "topology": _check_topology,
     "p2p": _check_p2p,
     "fabric": _check_fabric,
+    "gpm_supported": checks.boolean,
+    "gpm": nvml_gpm.check_gpm,
 }
 
 MIG_CHECKS: dict[str, Callable[[Any, str], None]] = {
@@ -305,6 +307,7 @@ MIG_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "memory_reserved_bytes": DEVICE_CHECKS["memory_reserved_bytes"],
     "memory_used_bytes": DEVICE_CHECKS["memory_used_bytes"],
     "processes": _check_processes,
+    "gpm": nvml_gpm.check_gpm,
 }
 
 DEVICE_KEYS = tuple(DEVICE_CHECKS)

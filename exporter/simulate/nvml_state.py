@@ -12,6 +12,7 @@ from typing import Any
 
 from . import amd_scenario, checks
 from .nvml_devices import cpu_list, field_value, is_scope_map, p2p_statuses
+from .nvml_gpm import gpm_lines
 from .nvml_vocabulary import (
     ARCHITECTURES,
     FABRIC_STATES,
@@ -212,6 +213,7 @@ def _device_lines(d: Mapping[str, Any], index: int) -> list[str]:
         if d.get(key) is not None:
             lines.append(f"{state_key} {render(d[key])}")
     lines += _composite_lines(d, index)
+    lines += gpm_lines(d, _signal_text)
     return lines
 
 

@@ -188,6 +188,12 @@ NVML_FUNCTIONS: tuple[str, ...] = (
     "nvmlDeviceGetP2PStatus",
     "nvmlDeviceGetGpuFabricInfo",
     "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleFree",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMigSampleGet",
+    "nvmlGpmMetricsGet",
 )
 
 

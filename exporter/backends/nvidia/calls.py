@@ -128,6 +128,10 @@ class DeviceCalls(CallErrors):
             self._reused[name] = (now + self._slow_reuse_s, answer)
         return answer
 
+    def note_unsupported(self, name: str, kind: str) -> None:
+        """Record that the device lacks a feature a call answered about (not a failed call)."""
+        self._unsupported[name] = kind
+
     @property
     def reused(self) -> list[str]:
         """Calls answered from their last result for now, being slow."""

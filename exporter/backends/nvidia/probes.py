@@ -16,6 +16,7 @@ import pynvml
 from ... import catalog as m
 from ...model import ProcessSample, Reading
 from .calls import DeviceCalls
+from .gpm import GpmActivity
 
 MHZ = 1_000_000
 
@@ -159,8 +160,16 @@ def memory_health(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Re
         yield reading(m.RETIRED_PAGES_PENDING, 1 if pending == pynvml.NVML_FEATURE_ENABLED else 0)
 
 
+def activity(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Reading]:
+    """GPM engine, pipe and link activity since the last cycle (Hopper and newer)."""
+    gpm = state.extra.get("gpm")
+    if gpm is None:
+        gpm = state.extra["gpm"] = GpmActivity()
+    yield from gpm.read(nvml, handle)
+
+
 DEVICE_PROBES: tuple[Probe, ...] = (
-    utilization, memory, power, temperature, clocks, throttling, errors, memory_health,
+    utilization, memory, power, temperature, clocks, throttling, errors, memory_health, activity,
 )
 
 

@@ -55,6 +55,9 @@
  *   topology <other device> <nvmlGpuTopologyLevel_t>
  *   p2p <other device|-1 for any> <read> <write> <nvlink> <atomics> <pci>   (status codes)
  *   fabric <state> <status> <clique id> <health mask> <health summary> <32 hex digits uuid>
+ *   gpm <metric id> <signal>   a GPM metric's signal (percent, or MiB/s for bandwidths);
+ *                              on a MIG device: its GPU instance's metric
+ *   gpm_supported <0|1>        default: 1 from the Hopper architecture (9) on
  *
  * Concurrency: one mutex guards the loaded state and every computation on it.
  * Injected delays, the 20 ms PCIe sample and nvmlEventSetWait sleep without it.
@@ -279,6 +282,8 @@ typedef struct fake_dev {
     list_t nvlinks; /* nvlink_t */
     list_t fields;  /* field_t */
     list_t migs;    /* struct fake_dev */
+    num_t gpm_supported;
+    signal_t *gpm; /* NVML_GPM_METRIC_MAX signals by metric id; NULL: none given */
 } fake_dev;
 
 typedef struct {
@@ -371,6 +376,7 @@ static const key_spec DEVICE_KEYS[] = {
     KEY("pcie_tx_kbps", KT_SIG, pcie_tx),
     KEY("pcie_rx_kbps", KT_SIG, pcie_rx),
     KEY("numa_node", KT_NUM, numa_node),
+    KEY("gpm_supported", KT_NUM, gpm_supported),
 };
 
 /* ------------------------------------------------------------------------ */
@@ -1014,6 +1020,8 @@ static int parse_global_str(parser_t *p, char **cur, str_t *s)
     return 0;
 }
 
+static int parse_gpm(parser_t *p, char **cur); /* in the GPM section */
+
 /* Records that are not scalar device keys; *handled is 0 if key is unknown. */
 static int parse_special(parser_t *p, const char *key, char **cur, int *handled)
 {
@@ -1078,6 +1086,8 @@ static int parse_special(parser_t *p, const char *key, char **cur, int *handled)
         return parse_p2p(p, cur);
     if (strcmp(key, "fabric") == 0)
         return parse_fabric(p, cur);
+    if (strcmp(key, "gpm") == 0)
+        return parse_gpm(p, cur);
     *handled = 0;
     return 0;
 }
@@ -2937,3 +2947,263 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFa
         info->healthSummary = (unsigned char)d->fabric_health_summary;
     return leave(NVML_SUCCESS);
 }
+
+/* ------------------------------------------------------------------------ */
+/* GPM: activity samples and the metrics between two of them               */
+/* ------------------------------------------------------------------------ */
+/*
+ * A sample records, for a whole GPU or one of its GPU instances at simulated
+ * time t, every GPM signal's value and its integral from 0 to t.
+ * nvmlGpmMetricsGet averages each requested signal over the interval between
+ * two samples (the signal's value when both were taken at the same simulated
+ * time, as in a frozen scenario). Samples are the caller's, from
+ * nvmlGpmSampleAlloc to nvmlGpmSampleFree, and outlive state reloads.
+ */
+
+#define GPM_MIN_ARCHITECTURE 9 /* NVML_DEVICE_ARCH_HOPPER */
+#define GPM_WHOLE_GPU -1
+
+struct nvmlGpmSample_st {
+    struct nvmlGpmSample_st *next;
+    int filled;
+    int index;        /* physical device */
+    int gpu_instance; /* GPM_WHOLE_GPU or the GPU instance id */
+    double t;
+    unsigned char present[NVML_GPM_METRIC_MAX];
+    double value[NVML_GPM_METRIC_MAX];
+    double integral[NVML_GPM_METRIC_MAX];
+};
+
+static struct nvmlGpmSample_st *g_gpm_samples; /* live samples, guarded by g_lock */
+
+/* "gpm <metric id> <signal>" */
+static int parse_gpm(parser_t *p, char **cur)
+{
+    unsigned int id;
+    if (tok_uint(cur, &id) != 0 || id == 0 || id >= NVML_GPM_METRIC_MAX)
+        return p->why = "gpm: bad metric id", -1;
+    fake_dev *d = p->dev;
+    if (!d->gpm) {
+        d->gpm = arena_alloc(&p->st->arena, sizeof(signal_t) * NVML_GPM_METRIC_MAX);
+        if (!d->gpm)
+            return p->why = "out of memory", -1;
+    }
+    if (d->gpm[id].present)
+        return p->why = "gpm: metric given twice", -1;
+    return parse_signal(p, cur, &d->gpm[id]);
+}
+
+static int gpm_supported(const fake_dev *phys)
+{
+    if (phys->gpm_supported.present)
+        return phys->gpm_supported.v != 0;
+    return phys->architecture.present && phys->architecture.v >= GPM_MIN_ARCHITECTURE;
+}
+
+/* Lock held. The live sample a handle names, or NULL. */
+static struct nvmlGpmSample_st *find_sample(nvmlGpmSample_t h)
+{
+    for (struct nvmlGpmSample_st *s = g_gpm_samples; s; s = s->next)
+        if (s == h)
+            return s;
+    return NULL;
+}
+
+/* The MIG device of GPU instance gi on a physical device, or NULL. */
+static const fake_dev *gpu_instance_dev(const fake_dev *phys, unsigned int gi)
+{
+    const fake_dev *m = phys->migs.items;
+    for (int j = 0; j < phys->migs.n; j++)
+        if (m[j].gpu_instance_id.present && to_uint(m[j].gpu_instance_id.v) == gi)
+            return &m[j];
+    return NULL;
+}
+
+/* Lock held. Records the GPM signals of d at the call's time into s. */
+static void fill_sample(struct nvmlGpmSample_st *s, const call_t *c, const fake_dev *d, int gpu_instance)
+{
+    s->filled = 1;
+    s->index = c->index;
+    s->gpu_instance = gpu_instance;
+    s->t = c->t;
+    for (int id = 0; id < NVML_GPM_METRIC_MAX; id++) {
+        const signal_t *sig = d->gpm ? &d->gpm[id] : NULL;
+        s->present[id] = sig && sig->present;
+        s->value[id] = s->present[id] ? sig_value(sig, c->t) : 0.0;
+        s->integral[id] = s->present[id] ? sig_integral(sig, c->t) : 0.0;
+    }
+}
+
+NVML_API nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport)
+{
+    call_t c;
+    nvmlReturn_t rc = enter_device(__func__, device, &c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!gpmSupport)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    gpmSupport->isSupportedDevice = (unsigned int)gpm_supported(c.phys);
+    return leave(NVML_SUCCESS);
+}
+
+NVML_API nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
+{
+    call_t c;
+    nvmlReturn_t rc = enter(__func__, &c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!gpmSample)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    struct nvmlGpmSample_st *s = calloc(1, sizeof *s);
+    if (!s)
+        return leave(NVML_ERROR_MEMORY);
+    s->next = g_gpm_samples;
+    g_gpm_samples = s;
+    *gpmSample = s;
+    return leave(NVML_SUCCESS);
+}
+
+/* Only releases memory: like the real one, it works after nvmlShutdown too. */
+NVML_API nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample)
+{
+    pthread_mutex_lock(&g_lock);
+    for (struct nvmlGpmSample_st **link = &g_gpm_samples; *link; link = &(*link)->next) {
+        if (*link == gpmSample) {
+            *link = gpmSample->next;
+            free(gpmSample);
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(NVML_ERROR_INVALID_ARGUMENT);
+}
+
+NVML_API nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample)
+{
+    call_t c;
+    nvmlReturn_t rc = enter_physical(__func__, device, &c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    struct nvmlGpmSample_st *s = find_sample(gpmSample);
+    if (!s)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!gpm_supported(c.phys))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    fill_sample(s, &c, c.dev, GPM_WHOLE_GPU);
+    return leave(NVML_SUCCESS);
+}
+
+/* On the physical device's handle, for the GPU instance with that id. */
+NVML_API nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
+                                          nvmlGpmSample_t gpmSample)
+{
+    call_t c;
+    nvmlReturn_t rc = enter_physical(__func__, device, &c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    struct nvmlGpmSample_st *s = find_sample(gpmSample);
+    if (!s)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!gpm_supported(c.phys) || !c.dev->mig_mode.present || c.dev->mig_mode.v == 0)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    const fake_dev *gi = gpu_instance_dev(c.dev, gpuInstanceId);
+    if (!gi)
+        return leave(NVML_ERROR_NOT_FOUND);
+    fill_sample(s, &c, gi, (int)gpuInstanceId);
+    return leave(NVML_SUCCESS);
+}
+
+static int gpm_is_bandwidth(unsigned int id)
+{
+    return id == 20 || id == 21 || (id >= 60 && id <= 97) || (id >= 100 && id <= 159) ||
+           (id >= 212 && id <= 247);
+}
+
+/* The fake's own names for metricInfo; the real library's are not recorded yet. */
+static void describe_gpm_metric(unsigned int id, nvmlGpmMetric_t *m)
+{
+    static const char *const names[][2] = {
+        [1] = {"graphics_util", "Graphics engine activity"},
+        [2] = {"sm_util", "SM activity"},
+        [3] = {"sm_occupancy", "SM occupancy"},
+        [4] = {"integer_util", "Integer pipe activity"},
+        [5] = {"any_tensor_util", "Tensor pipe activity (any)"},
+        [6] = {"dfma_tensor_util", "DFMA tensor pipe activity"},
+        [7] = {"hmma_tensor_util", "HMMA tensor pipe activity"},
+        [8] = {"dmma_tensor_util", "DMMA tensor pipe activity"},
+        [9] = {"imma_tensor_util", "IMMA tensor pipe activity"},
+        [10] = {"dram_bw_util", "DRAM bandwidth utilization"},
+        [11] = {"fp64_util", "FP64 pipe activity"},
+        [12] = {"fp32_util", "FP32 pipe activity"},
+        [13] = {"fp16_util", "FP16 pipe activity"},
+        [20] = {"pcie_tx_per_sec", "PCIe transmit bandwidth"},
+        [21] = {"pcie_rx_per_sec", "PCIe receive bandwidth"},
+    };
+    const int known = id < sizeof names / sizeof names[0] && names[id][0];
+    int bandwidth = gpm_is_bandwidth(id);
+    m->metricInfo.shortName = known ? names[id][0] : bandwidth ? "bandwidth" : "metric";
+    m->metricInfo.longName = known ? names[id][1] : bandwidth ? "Bandwidth" : "Metric";
+    m->metricInfo.unit = bandwidth ? "MiB/sec" : "%";
+}
+
+/* Lock held on entry when it succeeds. Checks the request, then enters the
+ * samples' device like any device call (delay, lost GPU, injected error). */
+static nvmlReturn_t enter_metrics(const char *fn, nvmlGpmMetricsGet_t *m, call_t *c,
+                                  const struct nvmlGpmSample_st **a, const struct nvmlGpmSample_st **b)
+{
+    nvmlReturn_t rc = lock_initialized();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!m)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (m->version != NVML_GPM_METRICS_GET_VERSION)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    *a = find_sample(m->sample1);
+    *b = find_sample(m->sample2);
+    if (m->numMetrics > NVML_GPM_METRIC_MAX || !*a || !*b || !(*a)->filled || !(*b)->filled ||
+        (*a)->index != (*b)->index || (*a)->gpu_instance != (*b)->gpu_instance || (*b)->t < (*a)->t)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    int index = (*a)->index;
+    leave(NVML_SUCCESS);
+    rc = enter_device(fn, phys_handle(index), c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *a = find_sample(m->sample1); /* the caller may have freed them meanwhile */
+    *b = find_sample(m->sample2);
+    return *a && *b ? NVML_SUCCESS : leave(NVML_ERROR_INVALID_ARGUMENT);
+}
+
+NVML_API nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
+{
+    call_t c;
+    const struct nvmlGpmSample_st *a, *b;
+    nvmlReturn_t rc = enter_metrics(__func__, metricsGet, &c, &a, &b);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    double dt = b->t - a->t;
+    for (unsigned int i = 0; i < metricsGet->numMetrics; i++) {
+        nvmlGpmMetric_t *out = &metricsGet->metrics[i];
+        unsigned int id = out->metricId;
+        out->value = 0.0;
+        memset(&out->metricInfo, 0, sizeof out->metricInfo);
+        if (id == 0 || id >= NVML_GPM_METRIC_MAX) {
+            out->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+            continue;
+        }
+        describe_gpm_metric(id, out);
+        if (!a->present[id] || !b->present[id]) {
+            out->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            continue;
+        }
+        out->value = dt > 0 ? (b->integral[id] - a->integral[id]) / dt : b->value[id];
+        out->nvmlReturn = NVML_SUCCESS;
+    }
+    return leave(NVML_SUCCESS);
+}
+
+_Static_assert(sizeof(nvmlGpmSupport_t) == 8, "nvmlGpmSupport_t layout");
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t layout");
+_Static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "nvmlGpmMetricsGet_t layout");
+_Static_assert(sizeof(nvmlGpmMetricsGet_t) == 24 + 40 * NVML_GPM_METRIC_MAX, "nvmlGpmMetricsGet_t size");
+/* ---- end GPM ------------------------------------------------------------- */

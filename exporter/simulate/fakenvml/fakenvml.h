@@ -205,4 +205,37 @@ typedef struct {
     unsigned char healthSummary; /* present from version 3 on */
 } nvmlGpuFabricInfoV_t;
 
+/* ---- GPM (GPU Performance Monitoring, Hopper and newer) ------------------ */
+/* Versions are plain numbers here, not sizeof | version << 24. */
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRIC_MAX 477 /* one above the highest metric id */
+
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value; /* percent 0-100 or MiB/s, per metric */
+    struct {
+        const char *shortName;
+        const char *longName;
+        const char *unit;
+    } metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+/* ---- end GPM ------------------------------------------------------------- */
+
 #endif /* FAKENVML_H */

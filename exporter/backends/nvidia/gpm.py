@@ -1,0 +1,230 @@
+"""GPM activity metrics (Hopper and newer): engine, pipe and link activity per cycle.
+
+NVML's GPM API measures between two samples. Each cycle takes one sample of the
+device (or of a MIG device's GPU instance, through `nvmlGpmMigSampleGet` on the
+parent's handle) and computes every metric over the interval since the
+previous cycle's sample, so no extra thread and no sleep; the first cycle has
+no values. The two sample buffers are allocated once and swapped.
+
+A device without GPM (Ampere and older, or a VM where it is off) has no GPM
+series at all, never zeros, and its sample says so once in its errors
+(`gpm: not_supported`). A GPM call that fails costs only the GPM values of its
+device (through `DeviceCalls`); one that takes longer than `SLOW_CALL_S` of
+wall time suspends GPM on the device for `SUSPEND_S`, so a slow driver cannot
+hold up the device's other values cycle after cycle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+from ... import catalog as m
+from ...model import Reading, labels_of
+from .calls import DeviceCalls
+
+MIB = 1024 * 1024
+NVLINK_LINKS = 18  # NVLink 4 and 5: 18 links per GPU
+C2C_LINKS = 14
+SLOW_CALL_S = 0.05
+SUSPEND_S = 60.0
+GPM_UNSUPPORTED = "gpm"  # the key of the `not_supported` entry in a sample's errors
+
+_METRIC_SIZE = ctypes.sizeof(pynvml.c_nvmlGpmMetric_t)
+_METRIC_HEAD = struct.Struct("=Iid")  # metricId, nvmlReturn, value (metricInfo follows)
+
+
+@dataclass(frozen=True, slots=True)
+class GpmMetric:
+    """How one GPM metric id becomes a catalog reading."""
+
+    metric_id: int
+    name: str
+    scale: float
+    labels: tuple[tuple[str, str], ...]
+
+    def reading(self, value: float) -> Reading:
+        """The catalog reading of a value NVML returned (percent or MiB/s)."""
+        return Reading(self.name, value * self.scale, self.labels)
+
+
+def _percent(metric_id: int, name: str, **labels: str) -> GpmMetric:
+    return GpmMetric(metric_id, name, 0.01, labels_of(labels))
+
+
+def _mib_per_s(metric_id: int, name: str, **labels: str) -> GpmMetric:
+    return GpmMetric(metric_id, name, float(MIB), labels_of(labels))
+
+
+def _link_metrics() -> Iterator[GpmMetric]:
+    """Per-link NVLink and C2C (total, not data-only) bandwidth, both directions."""
+    families = (("nvlink", NVLINK_LINKS, "NVLINK_L{link}_{suffix}_PER_SEC"),
+                ("c2c", C2C_LINKS, "C2C_LINK{link}_TOTAL_{suffix}_PER_SEC"))
+    for link_type, links, pattern in families:
+        for link in range(links):
+            for suffix, direction in (("TX", "transmit"), ("RX", "receive")):
+                metric_id = getattr(pynvml, "NVML_GPM_METRIC_" + pattern.format(link=link,
+                                                                                suffix=suffix))
+                yield _mib_per_s(metric_id, m.LINK_THROUGHPUT, link_type=link_type,
+                                 link=str(link), direction=direction)
+
+
+GPM_METRICS: tuple[GpmMetric, ...] = (
+    _percent(pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, m.ACTIVITY, engine="graphics"),
+    _percent(pynvml.NVML_GPM_METRIC_SM_UTIL, m.ACTIVITY, engine="sm"),
+    _percent(pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, m.ACTIVITY, engine="sm_occupancy"),
+    _percent(pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, m.ACTIVITY, engine="dram"),
+    _percent(pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor"),
+    _percent(pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor_dfma"),
+    _percent(pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor_hmma"),
+    _percent(pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor_dmma"),
+    _percent(pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor_imma"),
+    _percent(pynvml.NVML_GPM_METRIC_FP64_UTIL, m.PIPE_ACTIVITY, pipe="fp64"),
+    _percent(pynvml.NVML_GPM_METRIC_FP32_UTIL, m.PIPE_ACTIVITY, pipe="fp32"),
+    _percent(pynvml.NVML_GPM_METRIC_FP16_UTIL, m.PIPE_ACTIVITY, pipe="fp16"),
+    _percent(pynvml.NVML_GPM_METRIC_INTEGER_UTIL, m.PIPE_ACTIVITY, pipe="integer"),
+    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, m.PCIE_THROUGHPUT, direction="transmit"),
+    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, m.PCIE_THROUGHPUT, direction="receive"),
+    *_link_metrics(),
+)
+
+
+class _Request:
+    """One `c_nvmlGpmMetricsGet_t` asking for a set of metrics, reused every cycle."""
+
+    def __init__(self, metrics: tuple[GpmMetric, ...]) -> None:
+        self.metrics = metrics
+        self.struct = pynvml.c_nvmlGpmMetricsGet_t()
+        self.struct.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        self.struct.numMetrics = len(metrics)
+        for slot, metric in enumerate(metrics):
+            self.struct.metrics[slot].metricId = metric.metric_id
+
+    def answers(self) -> Iterator[tuple[GpmMetric, int, float]]:
+        """Each asked metric with NVML's status and value for it, read in one copy."""
+        raw = ctypes.string_at(ctypes.addressof(self.struct.metrics),
+                               _METRIC_SIZE * len(self.metrics))
+        for slot, metric in enumerate(self.metrics):
+            _, status, value = _METRIC_HEAD.unpack_from(raw, slot * _METRIC_SIZE)
+            yield metric, status, value
+
+
+@dataclass
+class _Source:
+    """Where a device's samples come from: its own handle, or its GPU instance on the parent's."""
+
+    handle: Any
+    gpu_instance: int | None = None
+
+
+class GpmActivity:
+    """The GPM state of one device between cycles: its source, two samples, its request."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._source: _Source | None = None
+        self._supported: bool | None = None
+        self._previous: Any = None
+        self._spare: Any = None
+        self._request = _Request(GPM_METRICS)
+        self._pruned = False
+        self._suspended_until = 0.0
+
+    def read(self, nvml: DeviceCalls, handle: Any) -> Iterator[Reading]:
+        """This cycle's GPM readings of the device `handle` names (none on the first cycle)."""
+        if not self._ready(nvml, handle):
+            return
+        if self._clock() < self._suspended_until:
+            nvml.cycle_errors[GPM_UNSUPPORTED] = "suspended: a GPM call was slow"
+            self._forget_previous(nvml)  # values resume from a fresh sample, not this far back
+            return
+        if self._spare is None:
+            self._spare = nvml.call(pynvml.nvmlGpmSampleAlloc, every_cycle=True)
+            if self._spare is None:
+                return
+        if not self._timed(lambda: self._take(nvml, self._spare)):
+            return
+        if self._previous is None:  # first sample: nothing to measure against yet
+            self._previous, self._spare = self._spare, None
+            return
+        request = self._request.struct
+        request.sample1, request.sample2 = self._previous, self._spare
+        answered = self._timed(lambda: nvml.call(pynvml.nvmlGpmMetricsGet, request,
+                                                 every_cycle=True))
+        self._previous, self._spare = self._spare, self._previous
+        if answered:
+            yield from self._readings()
+
+    def _ready(self, nvml: DeviceCalls, handle: Any) -> bool:
+        """Whether GPM can be asked for this device; works out its sample source once."""
+        if self._supported is None:
+            self._source = self._find_source(nvml, handle)
+            if self._source is None:
+                return False  # asked again next cycle: the failure was this cycle's
+            support = nvml.call(pynvml.nvmlGpmQueryDeviceSupport, self._source.handle)
+            if support is None:
+                return False
+            self._supported = bool(support.isSupportedDevice)
+            if not self._supported:
+                nvml.note_unsupported(GPM_UNSUPPORTED, "not_supported")
+        return self._supported
+
+    def _forget_previous(self, nvml: DeviceCalls) -> None:
+        if self._previous is None:
+            return
+        if self._spare is None:
+            self._spare = self._previous
+        else:
+            nvml.call(pynvml.nvmlGpmSampleFree, self._previous)
+        self._previous = None
+
+    @staticmethod
+    def _find_source(nvml: DeviceCalls, handle: Any) -> _Source | None:
+        is_mig = nvml.call(pynvml.nvmlDeviceIsMigDeviceHandle, handle)
+        if is_mig is None:
+            return None
+        if not is_mig:
+            return _Source(handle)
+        parent = nvml.call(pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle, handle)
+        gpu_instance = nvml.call(pynvml.nvmlDeviceGetGpuInstanceId, handle)
+        if parent is None or gpu_instance is None:
+            return None
+        return _Source(parent, gpu_instance)
+
+    def _take(self, nvml: DeviceCalls, sample: Any) -> bool:
+        source = self._source
+        assert source is not None
+        if source.gpu_instance is None:
+            taken = nvml.call(pynvml.nvmlGpmSampleGet, source.handle, sample, every_cycle=True)
+        else:
+            taken = nvml.call(pynvml.nvmlGpmMigSampleGet, source.handle, source.gpu_instance,
+                              sample, every_cycle=True)
+        return taken is not None
+
+    def _timed(self, call: Callable[[], Any]) -> Any:
+        """`call()`'s answer; a slow one suspends GPM on the device for a while."""
+        started = time.monotonic()
+        answer = call()
+        if time.monotonic() - started > SLOW_CALL_S:
+            self._suspended_until = self._clock() + SUSPEND_S
+        return answer
+
+    def _readings(self) -> Iterator[Reading]:
+        kept = []
+        for metric, status, value in self._request.answers():
+            if status == pynvml.NVML_SUCCESS:
+                kept.append(metric)
+                yield metric.reading(value)
+            elif status != pynvml.NVML_ERROR_NOT_SUPPORTED:
+                kept.append(metric)  # a passing failure: asked again next cycle
+        if not self._pruned:
+            # What a device does not offer (links it lacks, C2C off Grace) never appears later.
+            self._pruned = True
+            if len(kept) < len(self._request.metrics):
+                self._request = _Request(tuple(kept))
