@@ -18,11 +18,17 @@ from test_agent import by_index, series
 from test_nvidia_backend import scenario
 
 from ray_accel.exporter import catalog as m
+from ray_accel.exporter.backends.base import ErrorTally
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.sampler import Sampler
-from ray_accel.exporter.simulate import ScenarioError, load_scenario
+from ray_accel.exporter.simulate import ScenarioError, available_scenarios, load_scenario
 from ray_accel.exporter.store import SnapshotStore
-from ray_accel.exporter.validation import COUNTER_DECREASED, OUT_OF_RANGE, OVER_LIMIT
+from ray_accel.exporter.validation import (
+    COUNTER_DECREASED,
+    OUT_OF_RANGE,
+    OVER_LIMIT,
+    ReadingValidator,
+)
 
 TOTAL = 150754820096  # the H200 defaults' memory_total_bytes
 IMPOSSIBLE = {
@@ -160,3 +166,16 @@ def test_busy_processes_are_capped_at_100_percent_unless_raw(open_backend, raw, 
     open_backend(doc)
     rates = pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(0))
     assert rates.gpu == expected
+
+
+@pytest.mark.parametrize("name", [
+    n for n in available_scenarios()
+    if any(d.get("vendor", "nvidia") == "nvidia" for d in load_scenario(n)["devices"])
+])
+def test_no_reading_of_a_shipped_scenario_is_refused(open_backend, name):
+    backend, devices, _ = open_backend(name)
+    tally = ErrorTally()
+    validator = ReadingValidator(tally, "nvidia")
+    samples = [validator.check(backend.sample(d)) for _ in range(2) for d in devices]
+    assert sum(len(s.readings) for s in samples) > 10 * len(devices)
+    assert tally.snapshot() == {}

@@ -7,9 +7,11 @@ the log says it once per device and metric; a counter never goes backwards.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
+from pathlib import Path
 
 import pytest
 
@@ -247,3 +249,24 @@ def test_the_sampler_drops_and_counts_what_a_backend_gets_wrong():
     assert 'hw_temperature_celsius{' in text
     assert ('ray_accelerator_agent_errors_total{backend="impossible",function="hw.power",'
             f'kind="out_of_range"}} {sampled}') in text.replace(", ", ",")
+
+
+def _recorded_readings(values: dict) -> tuple[Reading, ...]:
+    return tuple(Reading(metric, item["value"], tuple(item["labels"].items()))
+                 for metric, items in values.items() for item in items)
+
+
+def test_what_a_real_h200_answered_passes_every_check(checked):
+    """The recorded snapshot of a real H200 (docs/real-gpu/real-gpu.json): nothing refused."""
+    record = Path(__file__).resolve().parents[1] / "docs" / "real-gpu" / "real-gpu.json"
+    (device,) = json.loads(record.read_text())["snapshot"]["devices"]
+    sample = _sample(
+        *_recorded_readings(device["values"]),
+        links=tuple(Link(link["link_type"], link["index"], _recorded_readings(link["values"]))
+                    for link in device["links"]),
+        processes=tuple(ProcessSample(proc["pid"], _recorded_readings(proc["values"]))
+                        for proc in device["processes"]))
+    assert len(sample.readings) >= 30 and sample.links[0].readings and sample.processes
+    validator, tally = checked
+    assert validator.check(sample) is sample
+    assert tally.snapshot() == {}
