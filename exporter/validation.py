@@ -48,6 +48,9 @@ COUNTER_DECREASED = "counter_decreased"
 
 # Metrics whose reading bounds another metric's of the same device sample.
 _BOUNDING = frozenset(s.valid_range.bound_by for s in m.CATALOG if s.valid_range.bound_by)
+# Each catalog metric's valid range, read once: the check runs on every reading.
+_RANGES = {s.name: s.valid_range for s in m.CATALOG}
+_COUNTERS = frozenset(s.name for s in m.CATALOG if s.kind is m.Kind.COUNTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +71,8 @@ def range_violation(reading: Reading, limits: Mapping[str, float]) -> Violation 
     value = reading.value
     if not math.isfinite(value):
         return Violation(reading.metric, NOT_FINITE, f"{value!r} is not a finite number")
-    try:
-        valid = m.spec(reading.metric).valid_range
-    except KeyError:
+    valid = _RANGES.get(reading.metric)
+    if valid is None:
         return None
     if (valid.low is not None and value < valid.low) or (
             valid.high is not None and value > valid.high):
@@ -91,13 +93,6 @@ def _limits(readings: Iterable[Reading]) -> dict[str, float]:
                 and reading.value > 0 and range_violation(reading, {}) is None):
             limits[reading.metric] = reading.value
     return limits
-
-
-def _is_counter(metric: str) -> bool:
-    try:
-        return m.spec(metric).kind is m.Kind.COUNTER
-    except KeyError:
-        return False
 
 
 CounterKey = tuple[Hashable, ...]
@@ -167,7 +162,7 @@ class _SampleCheck:
 
     def _accepts(self, reading: Reading, where: CounterKey) -> bool:
         violation = range_violation(reading, self.limits)
-        if violation is None and self.track_counters and _is_counter(reading.metric):
+        if violation is None and self.track_counters and reading.metric in _COUNTERS:
             key = (*where, reading.metric, reading.labels)
             if not self.device.counter_accepts(key, reading.value):
                 violation = Violation(
