@@ -74,6 +74,9 @@ class Thresholds:
         5 * MINUTE, Kind.DURATION, "window over which link errors are counted")
     link_error_burst: float = _threshold(
         100, Kind.COUNT, "link errors of one type on one link within the window that make a burst")
+    fabric_unhealthy_for: float = _threshold(
+        2 * MINUTE, Kind.DURATION, "how long a GPU's NVLink fabric must stay unregistered, "
+        "failed or not healthy")
     # Availability and freshness
     device_lost_for: float = _threshold(
         1 * MINUTE, Kind.DURATION, "how long a device must stay down (lost or not answering)")

@@ -9,7 +9,8 @@ for, so that every panel has data and every alert has something to fire on:
   nearly full, hot and held down by HW thermal slowdown;
 - GPU 5, also unassigned and busy: XID events, uncorrectable ECC errors, row
   remap pending and failed, retired pages, PCIe replays, a downtrained PCIe
-  link (Gen4 x8 of Gen5 x16), NVLink 0 down and errors on every link, power brake;
+  link (Gen4 x8 of Gen5 x16), NVLink 0 down and errors on every link, power brake,
+  an NVLink fabric with degraded bandwidth (health summary unhealthy);
 - GPU 6: its NVLink counter reads hang once the agent runs (stale, then down);
 - GPU 7: lost once the agent runs.
 
@@ -57,7 +58,7 @@ THRESHOLDS = {
         "idle_allocation_for", "unallocated_busy_for", "row_remap_pending_for",
         "thermal_throttle_for", "power_throttle_for", "memory_full_for", "pcie_downtrained_for",
         "link_down_for", "device_lost_for", "agent_down_for", "backend_down_for",
-        "sample_stale_for", "attribution_stale_for")},
+        "sample_stale_for", "attribution_stale_for", "fabric_unhealthy_for")},
     "xid_window": "1m", "ecc_window": "1m", "link_error_window": "30s", "link_error_burst": "1",
     "sample_age_seconds": "3",
 }
@@ -69,7 +70,7 @@ EXPECTED_FIRING = {
     "RayAcceleratorPowerThrottling", "RayAcceleratorMemoryNearlyFull",
     "RayAcceleratorDeviceLost", "RayAcceleratorPcieWidthDowntrained",
     "RayAcceleratorPcieGenerationDowntrained", "RayAcceleratorLinkDown",
-    "RayAcceleratorLinkErrors", "RayAcceleratorSamplesStale",
+    "RayAcceleratorLinkErrors", "RayAcceleratorSamplesStale", "RayAcceleratorFabricUnhealthy",
 }
 EXPECTED_QUIET = {"RayAcceleratorAgentDown", "RayAcceleratorBackendDown",
                   "RayAcceleratorAttributionStale"}
@@ -132,6 +133,8 @@ def faulty_hgx() -> dict[str, Any]:
         pcie_replay={"start": 0, "rate_per_s": 5},
         pcie_link={"gen_current": 4, "gen_max": 5, "width_current": 8, "width_max": 16},
         nvlinks=links,
+        fabric={**sick["fabric"], "health_mask": {"degraded_bw": "true"},
+                "health_summary": "UNHEALTHY"},
         fields={**sick["fields"], **{field: {"*": {"start": 0, "rate_per_s": 3}}
                                      for field in ("161", "162", "163")}})  # DL errors
     return scenario

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import amd_scenario, checks, nvml_gpm
+from .nvml_fabric import check_fabric
 from .nvml_vocabulary import (
     ARCHITECTURES,
-    FABRIC_STATES,
     FIELD_VALUE_TYPES,
     MAX_CPUS,
     MAX_MIG_DEVICES,
@@ -29,7 +29,6 @@ from .nvml_vocabulary import (
     P2P_STATUSES,
     PROCESS_TYPES,
     TOPOLOGY_LEVELS,
-    error_code,
 )
 
 _GPU_UUID = re.compile(rf"^GPU-{checks.UUID_BODY}$")
@@ -215,24 +214,6 @@ def _check_p2p(value: Any, path: str) -> None:
         p2p_statuses(entry, f"{path}.{other}")
 
 
-def _check_fabric(value: Any, path: str) -> None:
-    fabric = checks.mapping(value, path)
-    checks.keys(
-        fabric,
-        path,
-        ("cluster_uuid", "clique_id", "state", "status", "health_mask", "health_summary"),
-    )
-    if "cluster_uuid" in fabric:
-        checks.string(fabric["cluster_uuid"], f"{path}.cluster_uuid")
-        if not checks.PLAIN_UUID.match(fabric["cluster_uuid"]):
-            raise checks.fail(f"{path}.cluster_uuid", "expected a UUID (8-4-4-4-12 hex digits)")
-    checks.integer(fabric.get("clique_id", 0), f"{path}.clique_id", hi=2**32 - 1)
-    checks.enum(fabric.get("state", "COMPLETED"), f"{path}.state", FABRIC_STATES, "fabric state")
-    error_code(fabric.get("status", 0), f"{path}.status", allow_success=True)
-    checks.integer(fabric.get("health_mask", 0), f"{path}.health_mask", hi=2**32 - 1)
-    checks.integer(fabric.get("health_summary", 0), f"{path}.health_summary", hi=255)
-
-
 def _check_architecture(value: Any, path: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool):
         checks.integer(value, path, hi=2**32 - 1)
@@ -293,7 +274,7 @@ DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "cpu_affinity": cpu_list,
     "topology": _check_topology,
     "p2p": _check_p2p,
-    "fabric": _check_fabric,
+    "fabric": check_fabric,
     "gpm_supported": checks.boolean,
     "gpm": nvml_gpm.check_gpm,
 }

@@ -12,15 +12,14 @@ from typing import Any
 
 from . import amd_scenario, checks
 from .nvml_devices import cpu_list, field_value, is_scope_map, p2p_statuses
+from .nvml_fabric import fabric_line
 from .nvml_gpm import gpm_lines
 from .nvml_vocabulary import (
     ARCHITECTURES,
-    FABRIC_STATES,
     NVLINK_REMOTE_TYPES,
     NVML_ERROR_CODES,
     PROCESS_TYPES,
     TOPOLOGY_LEVELS,
-    error_code,
 )
 from .scenario import FAMILY_SECTIONS
 
@@ -136,19 +135,6 @@ def _field_lines(fields: Mapping[str, Any], link_count: int) -> list[str]:
     return lines
 
 
-def _fabric_line(fabric: Mapping[str, Any]) -> str:
-    uuid_hex = fabric.get("cluster_uuid", "0" * 32).replace("-", "").lower()
-    values = (
-        checks.enum(fabric.get("state", "COMPLETED"), "fabric.state", FABRIC_STATES,
-                    "fabric state"),
-        error_code(fabric.get("status", 0), "fabric.status", allow_success=True),
-        fabric.get("clique_id", 0),
-        fabric.get("health_mask", 0),
-        fabric.get("health_summary", 0),
-    )
-    return "fabric " + " ".join(str(v) for v in values) + f" {uuid_hex}"
-
-
 def _composite_lines(d: Mapping[str, Any], index: int) -> list[str]:
     """State lines of the device keys that are not plain scalars."""
     lines: list[str] = []
@@ -203,7 +189,7 @@ def _composite_lines(d: Mapping[str, Any], index: int) -> list[str]:
             statuses = " ".join(str(s) for s in p2p_statuses(entry, "p2p"))
             lines.append(f"p2p {-1 if other == '*' else int(other)} {statuses}")
     if (fabric := d.get("fabric")) is not None:
-        lines.append(_fabric_line(fabric))
+        lines.append(fabric_line(fabric))
     return lines
 
 

@@ -145,7 +145,10 @@ def _rows_text(out: list[str], sample_name: str, names: list[str],
 def _add_readings(families: _Families, readings: Iterable[Reading],
                   scope_values: tuple[str, ...]) -> None:
     for reading in readings:
-        families.add(m.spec(reading.metric), scope_values, reading.value, dict(reading.labels))
+        spec, labels = m.spec(reading.metric), dict(reading.labels)
+        # An info reading (e.g. the NVLink fabric's names) carries its facts as labels.
+        value = labels if spec.kind is Kind.INFO else reading.value
+        families.add(spec, scope_values, value, labels)
 
 
 def _add_device(families: _Families, sample: DeviceSample, snapshot: NodeSnapshot) -> None:

@@ -9,7 +9,7 @@ One module per rule group under `groups/`, one builder per rule.
 from __future__ import annotations
 
 from .config import DEFAULT_AGENT_JOB, AlertConfig
-from .groups import agent, allocation, device_health, interconnect, transfers
+from .groups import agent, allocation, device_health, fabric, interconnect, transfers
 from .label_values import POWER_REASONS, THERMAL_REASONS
 from .model import Group, Rule
 
@@ -26,6 +26,7 @@ def groups(config: AlertConfig | None = None) -> tuple[Group, ...]:
         Group("ray-accel.allocation", allocation.rules(config)),
         Group("ray-accel.device-health", device_health.rules(config)),
         Group("ray-accel.interconnect", interconnect.rules(config)),
+        Group("ray-accel.fabric", fabric.rules(config)),
         Group("ray-accel.agent", agent.rules(config)),
         Group("ray-accel.transfers", transfers.rules(config)),
     )

@@ -1,9 +1,11 @@
-"""Device health: XID events, ECC and remapped memory, throttling, temperatures, power, loss."""
+"""Device health: XID events, ECC and remapped memory, throttling, temperatures, power,
+NVLink fabric health, loss."""
 
 from __future__ import annotations
 
 from ray_accel.exporter import catalog as m
 
+from ..alerts.groups.fabric import unhealthy_fabric
 from ..promql import eq, regex
 from . import uids
 from .common import Board, Query, Section, increase, sel, table, timeseries
@@ -61,6 +63,18 @@ def board() -> Board:
                            Query(f"{sel(m.CLOCK_FREQUENCY, eq('clock', 'sm'))} / "
                                  f"{sel(m.CLOCK_MAX_FREQUENCY, eq('clock', 'sm'))}", DEVICE),
                            unit="percentunit"),
+            ]),
+            Section("NVLink fabric", [
+                table("NVLink fabric", "GPUs of NVSwitch systems (NVL72 racks, HGX B200) whose "
+                      "fabric registration is not completed, failed, or whose health summary "
+                      "is not healthy, with the fabric's names for it.",
+                      Query(f"{sel(m.FABRIC_INFO)} and on (ray_node_id, uuid) "
+                            f"({unhealthy_fabric(sel)})"),
+                      hidden=HIDDEN, width=12),
+                timeseries("Fabric health issues", "Health-mask fields reporting trouble "
+                           "(1 = the issue holds), per GPU.",
+                           Query(f"{sel(m.FABRIC_HEALTH_ISSUE)} == 1", DEVICE + " {{field}}"),
+                           bars=True),
             ]),
             Section("Availability", [
                 table("Devices down", "Devices lost or not answering the agent.",

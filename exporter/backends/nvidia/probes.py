@@ -16,6 +16,7 @@ import pynvml
 from ... import catalog as m
 from ...model import ProcessSample, Reading
 from .calls import DeviceCalls
+from .fabric import fabric
 from .gpm import GpmActivity
 
 MHZ = 1_000_000
@@ -170,6 +171,7 @@ def activity(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Rea
 
 DEVICE_PROBES: tuple[Probe, ...] = (
     utilization, memory, power, temperature, clocks, throttling, errors, memory_health, activity,
+    fabric,
 )
 
 

@@ -1,6 +1,7 @@
-"""The node's GPU topology as NVML sees it: device pairs, NUMA, CPU affinity, NVLink fabric.
+"""The node's GPU topology as NVML sees it: device pairs, NUMA, CPU affinity, NVLink domain.
 
-Read once when the backend opens; none of it changes while the driver is loaded.
+Read once when the backend opens; none of it changes while the driver is loaded. (The
+fabric's state and health can change: fabric.py reads them every cycle.)
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any
 import pynvml
 
 from ...model import Peer
+from .fabric import uuid_text
+from .fabric_health import STATE_COMPLETED
 from .interconnect import NvLinkFacts
 
 # PCIe levels of nvmlDeviceGetTopologyCommonAncestor -> `nvidia-smi topo -m` names.
@@ -32,7 +35,6 @@ P2P_STATUS = {
     pynvml.NVML_P2P_STATUS_NOT_SUPPORTED: "not_supported",
 }
 _P2P_READ = 0  # NVML_P2P_CAPS_INDEX_READ (the binding defines it as a tuple by mistake)
-_FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 _CPU_WORDS = 16  # affinity masks of 64 CPUs each: up to 1024 CPUs
 
 
@@ -71,14 +73,9 @@ def placement_facts(handle: Any) -> dict[str, str]:
     fabric = pynvml.c_nvmlGpuFabricInfoV_t()
     # The binding passes the struct as given: it must be a pointer.
     answered = _quiet(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(fabric))
-    if answered is not None and fabric.state == _FABRIC_COMPLETED:
-        facts["nvlink_domain"] = f"{_uuid_text(bytes(fabric.clusterUuid))}/{fabric.cliqueId}"
+    if answered is not None and fabric.state == STATE_COMPLETED:
+        facts["nvlink_domain"] = f"{uuid_text(bytes(fabric.clusterUuid))}/{fabric.cliqueId}"
     return facts
-
-
-def _uuid_text(raw: bytes) -> str:
-    hexa = raw.hex()
-    return f"{hexa[:8]}-{hexa[8:12]}-{hexa[12:16]}-{hexa[16:20]}-{hexa[20:32]}"
 
 
 def _nvlink_connection(mine: Sequence[NvLinkFacts], theirs: Sequence[NvLinkFacts],

@@ -55,6 +55,8 @@
  *   topology <other device> <nvmlGpuTopologyLevel_t>
  *   p2p <other device|-1 for any> <read> <write> <nvlink> <atomics> <pci>   (status codes)
  *   fabric <state> <status> <clique id> <health mask> <health summary> <32 hex digits uuid>
+ *                   state, status, health mask and summary are signals (step keyframes
+ *                   let fabric health change mid-run); the uuid and clique id are fixed
  *   gpm <metric id> <signal>   a GPM metric's signal (percent, or MiB/s for bandwidths);
  *                              on a MIG device: its GPU instance's metric
  *   gpm_supported <0|1>        default: 1 from the Hopper architecture (9) on
@@ -275,8 +277,8 @@ typedef struct fake_dev {
     unsigned int p2p_any[NVML_P2P_CAPS_INDEX_COUNT];
     int fabric_present;
     unsigned char fabric_uuid[NVML_GPU_FABRIC_UUID_LEN];
-    unsigned int fabric_state, fabric_clique, fabric_health_mask, fabric_health_summary;
-    int fabric_status;
+    unsigned int fabric_clique;
+    signal_t fabric_state, fabric_status, fabric_health_mask, fabric_health_summary;
     list_t procs;   /* proc_t */
     list_t xids;    /* xid_t */
     list_t nvlinks; /* nvlink_t */
@@ -635,9 +637,9 @@ static char *next_tok(char **cur)
 }
 
 /* A finite number; with allow_inf, also the token "inf". */
-static int tok_number(char **cur, int allow_inf, double *out)
+static int number_text(const char *tok, int allow_inf, double *out)
 {
-    char *tok = next_tok(cur), *end;
+    char *end;
     if (!tok)
         return -1;
     if (allow_inf && strcmp(tok, "inf") == 0) {
@@ -650,6 +652,11 @@ static int tok_number(char **cur, int allow_inf, double *out)
         return -1;
     *out = v;
     return 0;
+}
+
+static int tok_number(char **cur, int allow_inf, double *out)
+{
+    return number_text(next_tok(cur), allow_inf, out);
 }
 
 static int tok_num(char **cur, double *out) { return tok_number(cur, 0, out); }
@@ -732,17 +739,14 @@ static int parse_keyframes(parser_t *p, char **cur, signal_t *s)
 static int parse_signal(parser_t *p, char **cur, signal_t *s)
 {
     memset(s, 0, sizeof *s);
-    char *save = *cur;
     char *tok = next_tok(cur);
     if (!tok)
         return p->why = "missing signal", -1;
     if (strcmp(tok, "k") == 0) {
         if (parse_keyframes(p, cur, s) != 0)
             return -1;
-    } else {
-        *cur = save;
-        if (tok_num(cur, &s->constant) != 0)
-            return p->why = "bad number", -1;
+    } else if (number_text(tok, 0, &s->constant) != 0) { /* tok is split off: parse it here */
+        return p->why = "bad number", -1;
     }
     s->present = 1;
     return 0;
@@ -930,10 +934,9 @@ static int hex_digit(char c)
 static int parse_fabric(parser_t *p, char **cur)
 {
     fake_dev *d = p->dev;
-    long long status;
-    if (tok_uint(cur, &d->fabric_state) || tok_int(cur, 0, INT_MAX, &status) ||
-        tok_uint(cur, &d->fabric_clique) || tok_uint(cur, &d->fabric_health_mask) ||
-        tok_uint(cur, &d->fabric_health_summary))
+    if (parse_signal(p, cur, &d->fabric_state) || parse_signal(p, cur, &d->fabric_status) ||
+        tok_uint(cur, &d->fabric_clique) || parse_signal(p, cur, &d->fabric_health_mask) ||
+        parse_signal(p, cur, &d->fabric_health_summary))
         return p->why = "bad fabric line", -1;
     char *hex = next_tok(cur);
     if (!hex || strlen(hex) != 2 * NVML_GPU_FABRIC_UUID_LEN)
@@ -944,7 +947,6 @@ static int parse_fabric(parser_t *p, char **cur)
             return p->why = "fabric: uuid must be 32 hex digits", -1;
         d->fabric_uuid[i] = (unsigned char)(hi * 16 + lo);
     }
-    d->fabric_status = (int)status;
     d->fabric_present = 1;
     return 0;
 }
@@ -2917,9 +2919,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFab
     if (!d->fabric_present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
     memcpy(gpuFabricInfo->clusterUuid, d->fabric_uuid, sizeof d->fabric_uuid);
-    gpuFabricInfo->status = d->fabric_status;
+    gpuFabricInfo->status = to_int(sig_value(&d->fabric_status, c.t));
     gpuFabricInfo->cliqueId = d->fabric_clique;
-    gpuFabricInfo->state = d->fabric_state;
+    gpuFabricInfo->state = to_uint(sig_value(&d->fabric_state, c.t));
     return leave(NVML_SUCCESS);
 }
 
@@ -2939,12 +2941,12 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFa
     if (!d->fabric_present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
     memcpy(info->clusterUuid, d->fabric_uuid, sizeof d->fabric_uuid);
-    info->status = d->fabric_status;
+    info->status = to_int(sig_value(&d->fabric_status, c.t));
     info->cliqueId = d->fabric_clique;
-    info->state = d->fabric_state;
-    info->healthMask = d->fabric_health_mask;
+    info->state = to_uint(sig_value(&d->fabric_state, c.t));
+    info->healthMask = to_uint(sig_value(&d->fabric_health_mask, c.t));
     if (info->version == NVML_GPU_FABRIC_INFO_V3)
-        info->healthSummary = (unsigned char)d->fabric_health_summary;
+        info->healthSummary = (unsigned char)to_uint(sig_value(&d->fabric_health_summary, c.t));
     return leave(NVML_SUCCESS);
 }
 
