@@ -79,7 +79,7 @@ def _check_uuid(value: Any, path: str, pattern: re.Pattern[str], prefix: str) ->
         raise checks.fail(path, f'expected "{prefix}" followed by a UUID (8-4-4-4-12 hex digits)')
 
 
-def _check_processes(value: Any, path: str) -> None:
+def _check_processes(value: Any, path: str, max_percent: int = 100) -> None:
     for i, proc in enumerate(checks.sequence(value, path)):
         where = f"{path}[{i}]"
         checks.keys(
@@ -101,7 +101,7 @@ def _check_processes(value: Any, path: str) -> None:
         checks.integer(proc["pid"], f"{where}.pid", lo=1, hi=2**32 - 1)
         checks.integer(proc.get("used_memory_bytes", 0), f"{where}.used_memory_bytes", lo=0)
         for key in ("sm_percent", "memory_percent", "encoder_percent", "decoder_percent"):
-            checks.integer(proc.get(key, 0), f"{where}.{key}", lo=0, hi=100)
+            checks.integer(proc.get(key, 0), f"{where}.{key}", lo=0, hi=max_percent)
         checks.enum(proc.get("type", "compute"), f"{where}.type", PROCESS_TYPES, "process type")
 
 
@@ -295,7 +295,8 @@ DEVICE_KEYS = tuple(DEVICE_CHECKS)
 
 # With "raw_values": true these signals may take any finite value, and the simulated
 # library answers them as given: percentages above 100, negative power wrapped
-# through uint32, memory used above total (docs/simulation.md, "Raw values").
+# through uint32, memory used above total (docs/simulation.md, "Raw values"); its
+# processes' engine percentages may exceed 100.
 RAW_SIGNAL_KEYS = (
     "memory_used_bytes", "utilization_gpu_percent", "utilization_memory_percent",
     "encoder_percent", "decoder_percent", "power_mw", "temperature_c",
@@ -303,6 +304,7 @@ RAW_SIGNAL_KEYS = (
 )
 RAW_DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     **DEVICE_CHECKS, **{key: checks.signal_check(lo=None) for key in RAW_SIGNAL_KEYS},
+    "processes": lambda v, p: _check_processes(v, p, max_percent=2**32 - 1),
 }
 MIG_DEVICE_KEYS = tuple(MIG_CHECKS)
 
