@@ -71,11 +71,12 @@ def test_the_real_binding_reads_exactly_what_a_raw_device_is_asked(open_backend)
     ("utilization_gpu_percent", 150, "must be <= 100"),
     ("power_mw", -50_000, "must be >= 0"),
     ("raw_values", "yes", "expected true or false"),
+    ("processes", [{"pid": 7, "sm_percent": 150}], "must be <= 100"),
 ])
 def test_without_raw_values_the_scenario_check_still_refuses_them(key, value, message):
     doc = scenario(devices=1)
     doc["devices"][0][key] = value
-    with pytest.raises(ScenarioError, match=rf"devices\[0\]\.{key}: {message}"):
+    with pytest.raises(ScenarioError, match=rf"devices\[0\]\.{key}\S*: {message}"):
         load_scenario(doc)
 
 
@@ -179,3 +180,21 @@ def test_no_reading_of_a_shipped_scenario_is_refused(open_backend, name):
     samples = [validator.check(backend.sample(d)) for _ in range(2) for d in devices]
     assert sum(len(s.readings) for s in samples) > 10 * len(devices)
     assert tally.snapshot() == {}
+
+
+def test_a_raw_device_plays_impossible_process_readings_that_are_dropped(open_backend):
+    doc = scenario(devices=1)
+    doc["devices"][0].update(raw_values=True, processes=[
+        {"pid": 4242, "sm_percent": 150, "memory_percent": 30, "used_memory_bytes": TOTAL + 1}])
+    backend, devices, _ = open_backend(doc)
+    sample = backend.sample(devices[0])
+    (process,) = sample.processes
+    read = {(r.metric, r.labels): r.value for r in process.readings}
+    assert read[(m.PROCESS_UTILIZATION, (("engine", "sm"),))] == 1.5
+    assert read[(m.PROCESS_MEMORY_USAGE, ())] == TOTAL + 1
+    tally = ErrorTally()
+    (kept,) = ReadingValidator(tally, "nvidia").check(sample).processes
+    assert {dict(r.labels)["engine"]: r.value for r in kept.readings} == {
+        "memory": 0.3, "encoder": 0.0, "decoder": 0.0}
+    assert tally.snapshot() == {(OUT_OF_RANGE, m.PROCESS_UTILIZATION): 1,
+                                (OVER_LIMIT, m.PROCESS_MEMORY_USAGE): 1}
