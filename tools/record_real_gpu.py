@@ -8,7 +8,8 @@ It writes one JSON document: the driver facts, each device's identity,
 topology and one sample exactly as the agent sees them (values in base units,
 absent ones listed under `errors`), plus the raw answers of the calls whose
 shape the simulated library has to match (memory structs, field values,
-encoder sampling period, NVLink version, fabric info, MIG index behaviour).
+encoder sampling period, NVLink version, fabric info, MIG index behaviour), and
+under `gpm` every GPM call with what it cost (tools/record_gpm.py).
 Comparing it with the same document taken on simulated hardware
 (`--simulate hgx-h200`) shows where the fake differs from the real thing.
 """
@@ -82,6 +83,16 @@ def raw_calls(handle: Any) -> dict[str, Any]:
     }
 
 
+def _record_gpm() -> dict[str, Any]:
+    """Every GPM call on every GPU and GPU instance (tools/record_gpm.py, next to this file)."""
+    folder = str(Path(__file__).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    from record_gpm import record_gpm
+
+    return record_gpm()
+
+
 def record() -> dict[str, Any]:
     backend = NvidiaBackend()
     devices = backend.open()
@@ -100,6 +111,7 @@ def record() -> dict[str, Any]:
         "topology": render(devices, legend=False),
         "snapshot": snapshot_document(snapshot),
         "raw": raw,
+        "gpm": _record_gpm(),
     }
     backend.close()
     return document

@@ -1,0 +1,91 @@
+"""The GPM part of the real-hardware record (tools/record_gpm.py), taken on the simulated H200.
+
+docs/real-gpu/real-gpu.json was recorded before the recorder learned GPM, so it
+has no `gpm` section yet: until a lent GPU records one, these tests check the
+simulated recording alone; once it is there, the fake must answer every GPM
+metric the real H200 answered, in the same unit, and the same calls alike.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from ray_accel.exporter.backends.nvidia import gpm as backend_gpm
+from ray_accel.exporter.simulate import SimulatedHardware
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "docs" / "real-gpu" / "real-gpu.json"
+NVLINK_IDS = set(range(pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC,
+                       pynvml.NVML_GPM_METRIC_NVLINK_L17_TX_PER_SEC + 1))
+
+
+def _recorder() -> Any:
+    spec = importlib.util.spec_from_file_location("record_real_gpu",
+                                                  ROOT / "tools" / "record_real_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def simulated() -> dict[str, Any]:
+    with SimulatedHardware.start("hgx-h200") as hardware:
+        hardware.activate()
+        return _recorder().record()["gpm"]
+
+
+def _succeeded(metrics: dict[str, Any]) -> set[int]:
+    return {int(i) for i, metric in metrics.items() if metric["return"] == pynvml.NVML_SUCCESS}
+
+
+def test_the_simulated_record_holds_every_gpm_call(simulated):
+    assert sorted(simulated) == [str(i) for i in range(8)]
+    gpu = simulated["0"]
+    assert gpu["support"]["isSupportedDevice"] == 1
+    calls = gpu["device"]
+    for name in ("alloc_sample_1", "sample_1", "alloc_sample_2", "sample_2", "metrics_get",
+                 "free_0", "free_1"):
+        assert "error" not in calls[name], name
+        assert calls[name]["cpu_us"] >= 0
+    metrics = calls["metrics"]
+    assert len(metrics) == pynvml.NVML_GPM_METRIC_MAX - 1
+    expected = {pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, pynvml.NVML_GPM_METRIC_SM_UTIL,
+                pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+                *NVLINK_IDS}
+    assert expected <= _succeeded(metrics)
+    assert metrics[str(pynvml.NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC)]["return"] == \
+        pynvml.NVML_ERROR_NOT_SUPPORTED  # no Grace on an HGX board
+    assert {m["unit"] for m in metrics.values()} == {"%", "MiB/sec"}
+    assert 50 < metrics[str(pynvml.NVML_GPM_METRIC_SM_UTIL)]["value"] <= 100  # GPU 0 trains
+    assert gpu["gpu_instances"] == {}  # MIG is off
+
+
+def test_the_fake_answers_the_gpm_calls_the_real_gpu_answered(simulated):
+    real = json.loads(RECORD.read_text()).get("gpm")
+    simulated_gpu = simulated["0"]
+    simulated_metrics = simulated_gpu["device"]["metrics"]
+    if real is None:
+        # No GPU has been lent since the recorder learned GPM: the next record will hold
+        # what this one does, and nothing real can be compared yet.
+        assert _succeeded(simulated_metrics)
+        return
+    real_gpu = real["0"]
+    assert simulated_gpu["support"]["isSupportedDevice"] == real_gpu["support"][
+        "isSupportedDevice"]
+    assert set(simulated_gpu["device"]) == set(real_gpu["device"])
+    for name, call in real_gpu["device"].items():
+        if name != "metrics":
+            assert ("error" in simulated_gpu["device"][name]) == ("error" in call), name
+    real_metrics = real_gpu["device"].get("metrics", {})
+    # Every metric the agent exports that the real GPU answered, the fake answers, in its unit.
+    exported = {metric.metric_id for metric in backend_gpm.GPM_METRICS}
+    for metric_id in sorted(_succeeded(real_metrics) & exported):
+        assert metric_id in _succeeded(simulated_metrics), metric_id
+        assert simulated_metrics[str(metric_id)]["unit"] == real_metrics[str(metric_id)][
+            "unit"], metric_id
