@@ -22,6 +22,8 @@ from typing import Any
 
 import aiohttp
 
+from ..exporter.agent_client import client_ssl_context, client_token
+from ..exporter.web_auth import auth_headers
 from .aggregate import ClusterView, NodeState, build_view, empty_view, history_values
 from .history import History
 from .reduce import NotASnapshot, reduce_snapshot
@@ -64,6 +66,16 @@ def registry_discovery(gcs_address: str) -> Discover:
     return discover
 
 
+async def _read_at_most(reply: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body (read() returns what has arrived so far), refused beyond `limit`."""
+    body = bytearray()
+    while chunk := await reply.content.read(limit + 1 - len(body)):
+        body += chunk
+        if len(body) > limit:
+            raise NotASnapshot(f"snapshot larger than {limit // 2**20} MiB")
+    return bytes(body)
+
+
 def _reduced(body: bytes) -> dict[str, Any]:
     return reduce_snapshot(json.loads(body))
 
@@ -73,8 +85,11 @@ class Collector:
 
     def __init__(self, discover: Discover, refresh_s: float = DEFAULT_REFRESH_S,
                  fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
-                 history_s: float = DEFAULT_HISTORY_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 history_s: float = DEFAULT_HISTORY_S, max_in_flight: int = MAX_IN_FLIGHT,
+                 token: Callable[[], str | None] = client_token) -> None:
+        """`token` gives the token presented to agents (default: Ray's cluster token)."""
         self.discover = discover
+        self.token = token
         self.refresh_s = refresh_s
         self.fetch_timeout_s = fetch_timeout_s
         self.max_in_flight = max_in_flight
@@ -131,8 +146,10 @@ class Collector:
             self._track(targets)
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_in_flight),
-                timeout=aiohttp.ClientTimeout(total=self.fetch_timeout_s))
+                connector=aiohttp.TCPConnector(limit=self.max_in_flight,
+                                               ssl=client_ssl_context()),
+                timeout=aiohttp.ClientTimeout(total=self.fetch_timeout_s),
+                headers=auth_headers(self.token()))
         limit = asyncio.Semaphore(self.max_in_flight)
         await asyncio.gather(*(self._fetch(node, limit) for node in list(self.nodes.values())))
         nodes = list(self.nodes.values())
@@ -164,9 +181,7 @@ class Collector:
                 async with self._session.get(node.url.rstrip("/") + "/api/v1/snapshot") as reply:
                     if reply.status != 200:
                         raise NotASnapshot(f"HTTP {reply.status}")
-                    body = await reply.content.read(MAX_SNAPSHOT_BYTES + 1)
-                    if len(body) > MAX_SNAPSHOT_BYTES:
-                        raise NotASnapshot("snapshot larger than 64 MiB")
+                    body = await _read_at_most(reply, MAX_SNAPSHOT_BYTES)
                 # Parsed off the event loop (a 1000-node round would block it for
                 # seconds), one at a time: more parsing threads would only take the
                 # GIL from the loop more often.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hmac
 import logging
 import signal
 import sys
@@ -20,31 +19,21 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ..exporter.exposure import add_web_config_argument
 from ..exporter.serving import ServingLimits, errors_as_json, raise_open_file_limit
 from ..exporter.serving import serve as start_serving
+from ..exporter.web_auth import COOKIE, AccessPolicy, cluster_token, is_loopback
+from ..exporter.web_auth import presented_token as _presented
+from ..exporter.web_auth import same_secret as _valid
+from ..exporter.web_config import WebConfigError, WebConfigWatcher
 from .api import PREFIX, AcceleratorsApi, error_response
 from .collector import DEFAULT_REFRESH_S, Collector, Discover, registry_discovery
 
 log = logging.getLogger(__name__)
 
-COOKIE = "ray-authentication-token"  # the cookie Ray's own dashboard uses
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8266
 _PUBLIC = ("/", PREFIX, PREFIX + "/", PREFIX + "/index.html", PREFIX + "/api/authenticate")
-_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
-
-
-def _presented(request: web.Request) -> str | None:
-    header = (request.headers.get("Authorization")
-              or request.headers.get("X-Ray-Authorization") or "")
-    if header:
-        scheme, _, value = header.partition(" ")
-        return value.strip() if scheme.lower() == "bearer" else header.strip()
-    return request.cookies.get(COOKIE)
-
-
-def _valid(token: str, presented: str | None) -> bool:
-    return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
 
 
 def token_middleware(token: str | None):
@@ -63,10 +52,18 @@ def token_middleware(token: str | None):
     return check
 
 
-def build_app(api: AcceleratorsApi, token: str | None = None) -> web.Application:
-    """The standalone aiohttp application around `api`."""
-    app = web.Application(middlewares=[errors_as_json, token_middleware(token)],
-                          client_max_size=16 * 1024)
+def build_app(api: AcceleratorsApi, token: str | None = None,
+              web_config: WebConfigWatcher | None = None) -> web.Application:
+    """The standalone aiohttp application around `api`.
+
+    With basic-auth users in `web_config`, every path (the page included) needs
+    one of them or the token; the API still needs the token when one is set.
+    """
+    middlewares = [errors_as_json, token_middleware(token)]
+    if web_config is not None:
+        middlewares.insert(0, AccessPolicy(token, "token", web_config.users,
+                                           open_paths=frozenset()).middleware())
+    app = web.Application(middlewares=middlewares, client_max_size=16 * 1024)
 
     async def root(request: web.Request) -> web.StreamResponse:
         raise web.HTTPFound(PREFIX + "/")
@@ -108,17 +105,7 @@ def read_token(path: str | None) -> str | None:
         if not token:
             raise ValueError(f"{path} is empty")
         return token
-    try:
-        from ray._private.authentication import authentication_utils as auth_utils
-        from ray._raylet import AuthenticationTokenLoader
-
-        if auth_utils.is_token_auth_enabled():
-            header = AuthenticationTokenLoader.instance().get_token_for_http_header()
-            value = next(iter(header.values()), "") if header else ""
-            return value.partition(" ")[2].strip() or None
-    except Exception as error:  # Ray's loader missing or failing: no token found
-        log.debug("no Ray token: %s", error)
-    return None
+    return cluster_token()
 
 
 def ray_dashboard_url(gcs_address: str) -> str | None:
@@ -138,9 +125,13 @@ def ray_dashboard_url(gcs_address: str) -> str | None:
 
 
 async def serve(api: AcceleratorsApi, host: str, port: int, token: str | None,
-                ready=None, limits: ServingLimits | None = None) -> None:
+                ready=None, limits: ServingLimits | None = None,
+                web_config: WebConfigWatcher | None = None) -> None:
     """Serve until SIGINT/SIGTERM."""
-    serving = await start_serving(build_app(api, token), host, port, limits)
+    serving = await start_serving(build_app(api, token, web_config), host, port, limits,
+                                  web_config.ssl_context if web_config else None)
+    if web_config is not None:
+        await web_config.start()
     print(f"ray-accel dashboard serving {serving.url}{PREFIX}/", flush=True)
     if ready is not None:
         ready(serving.port)
@@ -152,6 +143,8 @@ async def serve(api: AcceleratorsApi, host: str, port: int, token: str | None,
     try:
         await stop.wait()
     finally:
+        if web_config is not None:
+            await web_config.stop()
         await serving.close()
 
 
@@ -191,6 +184,7 @@ def register(commands) -> None:
                              "token authentication is on)")
     parser.add_argument("--no-token", action="store_true",
                         help="require no token (only sensible on a loopback address)")
+    add_web_config_argument(parser)
     parser.add_argument("--refresh", type=_seconds, default=DEFAULT_REFRESH_S, metavar="SECONDS",
                         help=f"how often to pull every agent (default {DEFAULT_REFRESH_S:g} s)")
     parser.set_defaults(run=_run)
@@ -204,6 +198,10 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     if args.no_token and args.token_file:
         parser.error("--no-token and --token-file exclude each other")
     try:
+        web_config = WebConfigWatcher(args.web_config_file) if args.web_config_file else None
+    except WebConfigError as error:
+        parser.error(f"--web-config-file: {error}")
+    try:
         token = None if args.no_token else read_token(args.token_file)
     except (OSError, ValueError) as error:
         parser.error(f"--token-file: {error}")
@@ -212,14 +210,14 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     except (RayNotFound, RaySourceError) as error:
         print(f"ray-accel dashboard: {error}", file=sys.stderr)
         return 1
-    if token is None and args.host not in _LOOPBACK:
+    if token is None and not is_loopback(args.host) and not (web_config and web_config.users()):
         log.warning("serving on %s without a token: anyone who reaches it can read the "
                     "cluster's accelerator data", args.host)
     collector = Collector(discover or registry_discovery(address), refresh_s=args.refresh)
     api = AcceleratorsApi(collector, "standalone", ray_dashboard_url(address))
     raise_open_file_limit()
     try:
-        asyncio.run(serve(api, args.host, args.port, token))
+        asyncio.run(serve(api, args.host, args.port, token, web_config=web_config))
     except OSError as error:
         print(f"ray-accel dashboard: cannot listen on {args.host}:{args.port}: {error}",
               file=sys.stderr)

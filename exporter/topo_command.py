@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from .agent_client import open_agent
 from .backends import BackendUnavailable, load_backends
 from .model import Device
 from .topology import render
@@ -57,7 +58,7 @@ class NodeView:
 
 def _fetch(node_id: str, url: str) -> NodeView:
     try:
-        with urllib.request.urlopen(f"{url}/api/v1/snapshot", timeout=FETCH_TIMEOUT_S) as reply:
+        with open_agent(f"{url}/api/v1/snapshot", FETCH_TIMEOUT_S) as reply:
             snapshot = json.load(reply)
     except (OSError, ValueError, urllib.error.URLError) as error:
         return NodeView(node_id, url, {}, [], error=str(error))
@@ -112,11 +113,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="group the nodes of this Ray cluster (GCS address, or 'auto')")
     parser.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                         help="vendor backend to read locally (repeatable; default: all)")
+    parser.add_argument("--simulate", metavar="SCENARIO",
+                        help="read simulated hardware instead of this machine's: a shipped "
+                             "scenario name or a JSON file, as for `agent --simulate`")
 
 
 def run(args: argparse.Namespace) -> str:
     """The text `ray-accel topo` prints."""
     if args.address:
         return render_groups(fetch_nodes(cluster_agents(args.address)))
+    if args.simulate:
+        devices = simulated_devices(args.simulate, args.backends)
+        return render(devices) if devices else "no accelerators in this scenario\n"
     devices = local_devices(args.backends)
     return render(devices) if devices else "no accelerators found on this machine\n"
+
+
+def simulated_devices(scenario: str, backend_names: Sequence[str] | None = None) -> list[Device]:
+    """The devices the backends see on a scenario's simulated hardware (removed afterwards).
+
+    Raises ScenarioError for a scenario that does not load.
+    """
+    from .simulate import SimulatedHardware
+
+    with SimulatedHardware.start(scenario) as hardware:
+        hardware.activate()
+        return local_devices(backend_names)

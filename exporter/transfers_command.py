@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .agent_client import open_agent
 from .attribution.transfers import (
     DEFAULT_PAIR_WINDOW_S,
     DEFAULT_REPORT_AFTER_S,
@@ -99,7 +100,7 @@ def transfer_options(args: argparse.Namespace) -> dict[str, Any]:
 def _holders_of(url: str) -> dict[str, tuple[str, ...]]:
     """actor id -> device UUIDs, from one agent's snapshot (empty when it cannot be read)."""
     try:
-        with urllib.request.urlopen(f"{url}/api/v1/snapshot", timeout=FETCH_TIMEOUT_S) as reply:
+        with open_agent(f"{url}/api/v1/snapshot", FETCH_TIMEOUT_S) as reply:
             doc = json.load(reply)
     except (OSError, ValueError, urllib.error.URLError):
         return {}

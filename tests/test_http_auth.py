@@ -7,8 +7,10 @@ auth (certificates generated here); without credentials every endpoint but
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -18,8 +20,13 @@ import urllib.request
 
 import pytest
 from agent_process import AgentProcess
+from aiohttp.test_utils import TestClient, TestServer
 from prometheus_server import PrometheusServer, wait_until
 from tls_files import make_certificates, write_web_config
+
+from ray_accel.dashboard_module.api import AcceleratorsApi
+from ray_accel.dashboard_module.collector import AgentTarget, Collector
+from ray_accel.dashboard_module.standalone import build_app
 
 TOKEN = "t0ken-for-tests"
 GUARDED = ("/", "/api/v1/snapshot", "/nope")
@@ -179,3 +186,44 @@ def test_web_config_reload_keeps_the_last_good_file(tmp_path):
                    "the renewed certificate")
     log = "".join(agent.output) + agent.proc.stdout.read()
     assert "not reloaded, keeping the last good one" in log and "not a bcrypt hash" in log
+
+
+RAY_TOKEN = "ray-cluster-token-0123456789abcdef"
+RAY_TOKEN_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": RAY_TOKEN}
+
+
+def test_agent_beyond_loopback_requires_rays_token_and_the_collector_sends_it():
+    with AgentProcess("--simulate", "l4-pcie", "--host", "0.0.0.0", env=RAY_TOKEN_ENV) as agent:
+        url = agent.url.replace("0.0.0.0", "127.0.0.1")
+        for path in ("/metrics", *GUARDED):
+            assert fetch(url + path)[0] == 401, path  # --metrics-auth defaults to token here
+        wait_until(lambda: fetch(url + "/api/v1/snapshot", bearer(RAY_TOKEN))[0] == 200,
+                   "a snapshot with Ray's token")
+
+        async def dashboard(token: str):
+            async def discover():
+                return [AgentTarget("a" * 56, url, "agent-host")]
+
+            collector = Collector(discover, refresh_s=60, token=lambda: token)
+            client = TestClient(TestServer(build_app(AcceleratorsApi(collector, "standalone"))))
+            await client.start_server()
+            try:
+                await collector.refresh()
+                reply = await client.get("/accelerators/api/nodes")
+                return (await reply.json())["nodes"]
+            finally:
+                await client.close()
+                await collector.stop()
+
+        nodes = wait_until(lambda: [n for n in asyncio.run(dashboard(RAY_TOKEN))
+                                    if n["status"] == "ok" and n["device_count"]], "the node shown")
+        assert nodes[0]["hostname"] == "agent-host"
+        refused = asyncio.run(dashboard("wrong"))
+        assert refused[0]["status"] == "unreachable" and "401" in refused[0]["error"]
+
+
+def test_clients_present_rays_token_when_rays_auth_is_on():
+    code = ("from ray_accel.exporter.agent_client import client_token; print(client_token())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **RAY_TOKEN_ENV})
+    assert done.stdout.strip() == RAY_TOKEN, done.stderr

@@ -20,6 +20,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ..agent_client import open_agent
 from .actors import NAMESPACE, SUPERVISOR_NAME, DeploySettings, RemoteSupervisor, stop_agents
 from .gcs import ClusterGcs, ClusterNode
 from .registry import AgentRecord, AgentRegistry
@@ -152,7 +153,7 @@ class AgentStatus:
 def probe_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> str:
     """The agent's /healthz status ("ok", "stalled", "starting"), or why it did not answer."""
     try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=timeout_s) as response:
+        with open_agent(f"{url}/healthz", timeout_s) as response:
             return json.loads(response.read()).get("status", "unknown")
     except urllib.error.HTTPError as error:
         try:
