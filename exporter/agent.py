@@ -105,7 +105,8 @@ class Agent:
                  extensions: Sequence[AgentExtension] | None = None) -> None:
         self.config = config
         self.simulation = None
-        self.exposure = Exposure(config.host, config.exposure)  # ExposureError when unusable
+        # ExposureError when unusable
+        self.exposure = Exposure(config.host, config.exposure, config.deployed)
         node_labels = dict(config.node_labels)
         facts = {"version": agent_version(), "interval_seconds": f"{config.interval_s:g}",
                  "scenario": ""}

@@ -1,9 +1,10 @@
 """How an agent is exposed: which token it requires, whether /metrics needs it, TLS, users.
 
 Rules (docs/security.md):
-- the token is the one in `token_file`, else Ray's cluster token when the agent
-  listens beyond loopback and Ray's token authentication is on; on loopback no
-  token is required unless a file is given;
+- the token is the one in `token_file`, else Ray's cluster token when Ray's
+  token authentication is on and the agent is deployed (`ray-accel deploy`) or
+  listens beyond loopback; a standalone agent on loopback requires no token
+  unless a file is given;
 - `/metrics` needs credentials under `metrics_auth="token"`, the default beyond
   loopback; `"none"` leaves it open (the default on loopback);
 - `/healthz` is always open (liveness probes, `ray-accel status`);
@@ -59,7 +60,7 @@ def read_token_file(path: str) -> str:
 class Exposure:
     """The resolved settings of one server: its access policy, TLS context and file watcher."""
 
-    def __init__(self, host: str, settings: ExposureSettings) -> None:
+    def __init__(self, host: str, settings: ExposureSettings, deployed: bool = False) -> None:
         """Resolves the token and loads the web configuration; raises ExposureError."""
         self.watcher: WebConfigWatcher | None = None
         if settings.web_config_file:
@@ -71,7 +72,7 @@ class Exposure:
         if settings.token_file:
             self.token: str | None = read_token_file(settings.token_file)
         else:
-            self.token = None if loopback else cluster_token()
+            self.token = cluster_token() if deployed or not loopback else None
         self.metrics_auth = settings.metrics_auth or ("none" if loopback else "token")
         if settings.metrics_auth == "token" and self.token is None and not self.users():
             raise ExposureError("--metrics-auth token: there is no token to require (Ray's "

@@ -39,7 +39,7 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 SCENARIOS = ("hgx-h200", "l4-pcie", "a100-mig")
 JOINING_SCENARIO = "l4-pcie"
 DEPLOY_FLAGS = ("--interval", "0.5", "--register-interval", "1", "--watch-interval", "1",
-                "--wait", "90")
+                "--wait", "90", "--metrics-auth", "token")
 
 KILL_FOR_GOOD = """
 import sys, ray
@@ -134,6 +134,8 @@ def prometheus_config(cluster: LoopbackCluster, folder: Path) -> Path:
         for sd in job["file_sd_configs"]:
             sd["files"] = [f.replace("/tmp/ray", str(cluster.root / "ray")) for f in sd["files"]]
             sd["refresh_interval"] = "1s"
+        if "authorization" in job:  # the agents require the cluster's token on /metrics
+            job["authorization"]["credentials_file"] = str(cluster.token)
     path = folder / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -15,6 +15,7 @@ from ray_accel.exporter.cluster.sd_file import FILE_NAME, JOB, write_sd_file
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "prometheus.yml"
 PROMTOOL = shutil.which("promtool")
+TOKEN_FILE = "/etc/prometheus/ray_auth_token"
 
 
 def test_example_scrapes_rays_targets_and_ours():
@@ -26,6 +27,8 @@ def test_example_scrapes_rays_targets_and_ours():
     (ours,) = [sd["files"] for sd in jobs[JOB]["file_sd_configs"]]
     assert ours == [f"/tmp/ray/session_latest/{FILE_NAME}"]
     assert jobs[JOB]["honor_labels"] is True
+    assert jobs[JOB]["authorization"] == {"type": "Bearer",
+                                          "credentials_file": TOKEN_FILE}
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (tools/system-deps.sh)")
@@ -36,7 +39,9 @@ def test_promtool_accepts_the_example_and_our_discovery_file(tmp_path):
     write_sd_file(tmp_path / FILE_NAME, [record])
     (tmp_path / "prom_metrics_service_discovery.json").write_text(
         '[{"labels": {"job": "ray"}, "targets": ["127.0.0.1:8080"]}]')
-    text = EXAMPLE.read_text().replace("/tmp/ray/session_latest", str(tmp_path))
+    (tmp_path / "token").write_text("the-cluster-token")
+    text = EXAMPLE.read_text().replace("/tmp/ray/session_latest", str(tmp_path)).replace(
+        TOKEN_FILE, str(tmp_path / "token"))
     config = tmp_path / "prometheus.yml"
     config.write_text(text.replace("/tmp/ray", str(tmp_path)))
     result = subprocess.run([PROMTOOL, "check", "config", str(config)],

@@ -26,6 +26,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..agent import DEFAULT_INTERVAL_S, Agent, AgentConfig
+from ..exposure import ExposureSettings
 from .gcs import ClusterGcs
 from .registry import AgentRegistry
 from .sd_file import default_path, render, write_atomically, write_sd_file
@@ -59,6 +60,8 @@ class DeploySettings:
     otlp_endpoint: str | None = None
     otlp_protocol: str | None = None
     otlp_interval_s: float | None = None
+    metrics_auth: str | None = None  # None: "token" unless host is a loopback address
+    web_config_file: str | None = None
 
     def agent_config(self, node_id: str, node_ip: str, gcs_address: str) -> AgentConfig:
         """The configuration of the agent on one node."""
@@ -69,6 +72,8 @@ class DeploySettings:
             register_interval_s=self.register_interval_s, deployed=True,
             otlp_endpoint=self.otlp_endpoint, otlp_protocol=self.otlp_protocol,
             otlp_interval_s=self.otlp_interval_s,
+            exposure=ExposureSettings(metrics_auth=self.metrics_auth,
+                                      web_config_file=self.web_config_file),
         )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..cli import RESERVED_LABELS, _bounded_number, _label
 from ..sinks.otlp_settings import PROTOCOLS, otlp_settings
+from ..web_auth import METRICS_AUTH_CHOICES
 
 DEFAULT_REGISTER_INTERVAL_S = 10.0
 DEFAULT_WAIT_S = 120.0
@@ -141,6 +142,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     deploy.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                         help="vendor backend to load (repeatable; default: every installed one)")
     _otlp_arguments(deploy)
+    deploy.add_argument("--metrics-auth", choices=METRICS_AUTH_CHOICES,
+                        help="whether the agents' /metrics needs the cluster token (default: "
+                             "token, unless --host is a loopback address)")
+    deploy.add_argument("--web-config-file", metavar="FILE", type=_absolute_path,
+                        help="TLS and basic auth of every agent (exporter-toolkit web "
+                             "configuration; the path must hold the file on every node)")
     deploy.add_argument("--wait", metavar="SECONDS", default=DEFAULT_WAIT_S,
                         type=_bounded_number(float, 0, 3600, "--wait"),
                         help="how long to wait for every node's agent (default "
@@ -171,6 +178,15 @@ def register(commands: argparse._SubParsersAction) -> None:
                                  type=_bounded_number(float, 0.5, 3600, "--interval"),
                                  help=f"with --watch, how often (default "
                                       f"{DEFAULT_SD_INTERVAL_S:g} s)")
+    sd_file_command.add_argument("--print-scrape-job", action="store_true",
+                                 help="also print the Prometheus scrape job (YAML) that reads "
+                                      "the file, with the credentials below")
+    sd_file_command.add_argument("--token-file", metavar="FILE", type=_absolute_path,
+                                 help="with --print-scrape-job: the file holding the cluster's "
+                                      "Ray token, as Prometheus will read it")
+    sd_file_command.add_argument("--ca-file", metavar="FILE", type=_absolute_path,
+                                 help="with --print-scrape-job: the CA that signed agents' "
+                                      "TLS certificates")
     sd_file_command.set_defaults(run=_run_sd_file)
 
 
@@ -211,6 +227,7 @@ def _deploy_settings(args: argparse.Namespace, parser: argparse.ArgumentParser):
         sd_file=args.sd_file, write_sd_file=not args.no_sd_file,
         node_labels=tuple(args.node_label),
         backends=tuple(args.backends) if args.backends else None,
+        metrics_auth=args.metrics_auth, web_config_file=args.web_config_file,
         **_otlp_options(args, parser),
     )
 
@@ -293,6 +310,14 @@ def _run_sd_file(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         path = sd_file_path(gcs, args.output)
         count = write_discovery(gcs, path)
         print(f"wrote {count} target(s) to {path}", flush=True)
+        if args.print_scrape_job:
+            import yaml
+
+            from .sd_file import scrape_job
+
+            job = scrape_job(str(path), args.token_file, args.ca_file)
+            print(yaml.safe_dump({"scrape_configs": [job]}, sort_keys=False), end="",
+                  flush=True)
         if not args.watch:
             return 0
         stop = threading.Event()

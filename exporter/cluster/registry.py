@@ -137,12 +137,12 @@ def _gone(record: AgentRecord) -> bool:
     return False
 
 
-def advertised_url(host: str, port: int, node_ip: str) -> str:
+def advertised_url(host: str, port: int, node_ip: str, scheme: str = "http") -> str:
     """The URL others reach the agent at: the node's IP when it listens on every address."""
     if host in _WILDCARD_HOSTS:
         host = node_ip
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    return f"{scheme}://{shown}:{port}"
 
 
 class Registration:
@@ -216,7 +216,8 @@ class Registration:
         now = time.time()
         record = AgentRecord(
             node_id=node.node_id, node_ip=node.node_ip,
-            url=advertised_url(self._config.host, agent.port or 0, node.node_ip),
+            url=advertised_url(self._config.host, agent.port or 0, node.node_ip,
+                               agent.exposure.scheme),
             pid=os.getpid(), hostname=socket.gethostname(), started_at=now, heartbeat_at=now,
             heartbeat_s=self.interval_s,
             simulated=agent.sampler.node_labels.get("simulated") == "true",

@@ -27,11 +27,33 @@ def default_path(session_dir: str) -> Path:
 
 
 def target_groups(records: Iterable[AgentRecord]) -> list[dict]:
-    """file_sd target groups: one per agent, labelled with its Ray node."""
-    return [
-        {"targets": [record.target], "labels": {"job": JOB, "ray_node_id": record.node_id}}
-        for record in sorted(records, key=lambda r: r.node_id)
-    ]
+    """file_sd target groups: one per agent, labelled with its Ray node.
+
+    An agent serving TLS gets `__scheme__: https`, so one scrape job reaches
+    both kinds; the credentials are the scrape job's (see scrape_job).
+    """
+    groups = []
+    for record in sorted(records, key=lambda r: r.node_id):
+        labels = {"job": JOB, "ray_node_id": record.node_id}
+        if record.url.startswith("https://"):
+            labels["__scheme__"] = "https"
+        groups.append({"targets": [record.target], "labels": labels})
+    return groups
+
+
+def scrape_job(sd_path: str, token_file: str | None, ca_file: str | None = None) -> dict:
+    """The Prometheus scrape job reading the discovery file, with matching credentials.
+
+    `token_file` holds the cluster's Ray token (Prometheus reads it on every
+    scrape); `ca_file` verifies agents that serve TLS.
+    """
+    job: dict = {"job_name": JOB, "honor_labels": True,
+                 "file_sd_configs": [{"files": [sd_path]}]}
+    if token_file:
+        job["authorization"] = {"type": "Bearer", "credentials_file": token_file}
+    if ca_file:
+        job["tls_config"] = {"ca_file": ca_file}
+    return job
 
 
 def render(records: Iterable[AgentRecord]) -> str:
