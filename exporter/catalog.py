@@ -212,6 +212,8 @@ GPU_UTILIZATION = "hw.gpu.utilization"
 MEMORY_BANDWIDTH_UTILIZATION = "ray.accelerator.memory.bandwidth.utilization"
 ACTIVITY = "ray.accelerator.activity"
 PIPE_ACTIVITY = "ray.accelerator.pipe.activity"
+XCP_GFX_UTILIZATION = "ray.accelerator.amd.xcp.gfx.utilization"
+XCP_GFX_BELOW_HOST_LIMIT = "ray.accelerator.amd.xcp.gfx.below_host_limit"
 LINK_THROUGHPUT = "ray.accelerator.link.throughput"
 PCIE_THROUGHPUT = "ray.accelerator.pcie.throughput"
 MEMORY_USAGE = "hw.gpu.memory.usage"
@@ -224,6 +226,7 @@ TEMPERATURE = "hw.temperature"
 CLOCK_FREQUENCY = "ray.accelerator.clock.frequency"
 CLOCK_MAX_FREQUENCY = "ray.accelerator.clock.max_frequency"
 THROTTLE_ACTIVE = "ray.accelerator.throttle.active"
+THROTTLE_RESIDENCY = "ray.accelerator.throttle.residency"
 PERFORMANCE_STATE = "ray.accelerator.performance_state"
 HW_ERRORS = "hw.errors"
 REMAPPED_ROWS = "ray.accelerator.memory.remapped_rows"
@@ -312,6 +315,20 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(MEMORY_USAGE, "By", "Device memory in use.",
            valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
     _gauge(MEMORY_LIMIT, "By", "Total device memory."),
+    _gauge(XCP_GFX_UTILIZATION, "1",
+           "Share of time the given XCC (the compute complex of one accelerator die) of the "
+           "given XCP (compute partition) kept its graphics/compute engine busy, as the AMD SMU "
+           "reports it "
+           "(amdsmi GPU metrics xcp_stats.gfx_busy_inst, MI300 and newer with ROCm 6.3+). In "
+           "SPX mode XCP 0 lists every XCC of the GPU; in CPX each XCP has one. Absent where "
+           "the driver or amdsmi release does not report it.", "xcp", "xcc"),
+    _gauge(XCP_GFX_BELOW_HOST_LIMIT, "1",
+           "Fraction of the interval since the previous sample during which the given XCC's "
+           "graphics clock was held below the host's (application) clock limit, by reason: "
+           "power (package power tracking), thermal, low_utilization (the firmware lowered "
+           "it for lack of work), any. From the AMD SMU's accumulators over its accumulation "
+           "counter (amdsmi GPU metrics 1.8, ROCm 7; 'any' also from 1.7); absent before the "
+           "second sample and where not reported.", "xcp", "xcc", "reason"),
     _gauge(MEMORY_RESERVED, "By", "Device memory reserved by the driver and firmware.",
            valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
     # Power, thermals, clocks
@@ -329,6 +346,12 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(PERFORMANCE_STATE, "",
            "Performance state: 0 is the highest performance, 15 the lowest.",
            valid=ValidRange(0, 15)),
+    _gauge(THROTTLE_RESIDENCY, "1",
+           "Fraction of the interval since the previous sample during which the given reason "
+           "held the device's clocks down (AMD: the SMU's residency accumulators over its "
+           "accumulation counter, MI300 and newer: sw_power_cap (PPT), socket_thermal, "
+           "prochot, vr_thermal, hbm_thermal); absent before the second sample and where not "
+           "reported.", "reason"),
     # Errors and memory health
     _counter(HW_ERRORS, "{error}",
              "Hardware errors counted by the device, by type (ECC corrected/uncorrected since "

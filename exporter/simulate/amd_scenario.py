@@ -59,6 +59,8 @@ AMDSMI_FUNCTIONS: tuple[str, ...] = (
 )
 AMD_WILDCARD = "amdsmi_*"
 IMPORT_ERRORS = ("KeyError", "AttributeError", "ImportError")
+# Python API releases whose answer keys the fake can give (see docs/simulation.md).
+INTERFACES = ("6.3", "7.0")
 
 COMPUTE_PARTITIONS = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4, "CPX": 5}
 MEMORY_PARTITIONS = {"NPS1": 1, "NPS2": 2, "NPS4": 4, "NPS8": 8}
@@ -66,6 +68,9 @@ MEMORY_PARTITIONS = {"NPS1": 1, "NPS2": 2, "NPS4": 4, "NPS8": 8}
 VIOLATIONS = ("prochot_thrm", "ppt_pwr", "socket_thrm", "vr_thrm", "hbm_thrm")
 MAX_XGMI_LINKS = 8  # AMDSMI_MAX_NUM_XGMI_LINKS: the link slots the Python API returns
 MAX_PARTITIONS = 7  # secondary partitions of one GPU (CPX on an 8-XCD MI300X)
+MAX_XCC = 8  # AMDSMI_MAX_NUM_XCC (and AMDSMI_MAX_NUM_XCP): XCCs one GPU reports
+# xcc_clock_below_limit_percent key -> what held the XCC's clock below the host limit
+CLOCK_LIMITERS = ("power", "thermal", "low_utilization")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 
@@ -120,6 +125,44 @@ def _check_xgmi_links(value: Any, path: str) -> None:
             checks.integer(link.get(key, 0), f"{where}.{key}", hi=2**32 - 1)
         for key in ("read_kb", "write_kb"):
             checks.counter(link.get(key, 0), f"{where}.{key}")
+
+
+def _check_xcc_signals(value: Any, path: str) -> None:
+    """One signal 0-100 for every XCC, or a list of one per XCC."""
+    percent = checks.signal_check(0, 100)
+    if isinstance(value, list):
+        for i, signal in enumerate(checks.sequence(value, path, MAX_XCC)):
+            percent(signal, f"{path}[{i}]")
+    else:
+        percent(value, path)
+
+
+def _check_clock_limiters(value: Any, path: str) -> None:
+    limiters = checks.mapping(value, path)
+    checks.keys(limiters, path, CLOCK_LIMITERS)
+    for key, signals in limiters.items():
+        _check_xcc_signals(signals, f"{path}.{key}")
+
+
+def _check_xcc_layout(device: Mapping[str, Any], path: str) -> None:
+    """Per-XCC keys need `num_xcc`, lists of that length, XCCs split evenly over the XCPs."""
+    count = device.get("num_xcc")
+    per_xcc = {"xcc_gfx_busy_percent": device.get("xcc_gfx_busy_percent"),
+               **{f"xcc_clock_below_limit_percent.{k}": v
+                  for k, v in (device.get("xcc_clock_below_limit_percent") or {}).items()}}
+    if count is None:
+        given = next((key for key, value in per_xcc.items() if value is not None), None)
+        if given is not None:
+            raise checks.fail(f"{path}.{given}", "needs num_xcc on the device")
+        return
+    for key, value in per_xcc.items():
+        if isinstance(value, list) and len(value) != count:
+            raise checks.fail(f"{path}.{key}",
+                              f"lists {len(value)} XCCs, the device has num_xcc {count}")
+    partitions = 1 + len(device.get("partitions") or ())
+    if count % partitions:
+        raise checks.fail(f"{path}.num_xcc",
+                          f"{count} XCCs cannot be split evenly over {partitions} partitions")
 
 
 def _uuid(value: Any, path: str) -> None:
@@ -188,6 +231,9 @@ AMD_DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "min_clock_mem_mhz": checks.int_check(hi=0xFFFE),
     "max_clock_mem_mhz": checks.int_check(hi=0xFFFE),
     "throttle_percent": _check_throttle,
+    "num_xcc": checks.int_check(lo=1, hi=MAX_XCC),
+    "xcc_gfx_busy_percent": _check_xcc_signals,
+    "xcc_clock_below_limit_percent": _check_clock_limiters,
     "ecc_correctable": checks.counter,
     "ecc_uncorrectable": checks.counter,
     "ecc_deferred": checks.counter,
@@ -211,6 +257,7 @@ def check_amd_device(device: Mapping[str, Any], path: str) -> None:
     if device.get("partitions") and device.get("compute_partition") is None:
         raise checks.fail(f"{path}.partitions",
                           "needs compute_partition (e.g. \"CPX\") on the device")
+    _check_xcc_layout(device, path)
 
 
 def check_amd_top_level(top: Mapping[str, Any]) -> dict[str, Any]:
@@ -227,6 +274,12 @@ def check_amd_top_level(top: Mapping[str, Any]) -> dict[str, Any]:
             raise checks.fail("amdsmi_import_error", f"expected one of {', '.join(IMPORT_ERRORS)}, "
                                                      f"got {failure!r}")
         out["amdsmi_import_error"] = failure
+    interface = top.get("amdsmi_interface")
+    if interface is not None:
+        if interface not in INTERFACES:
+            raise checks.fail("amdsmi_interface",
+                              f"expected one of {', '.join(INTERFACES)}, got {interface!r}")
+        out["amdsmi_interface"] = interface
     return out
 
 

@@ -45,6 +45,7 @@ _TOP_LEVEL_KEYS = (
     "amd_device_defaults",
     "amdsmi_version",
     "amdsmi_import_error",
+    "amdsmi_interface",
     # Other accelerator families: one section each (FAMILY_SECTIONS)
     "tpu",
     "neuron",

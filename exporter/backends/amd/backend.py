@@ -25,6 +25,7 @@ from .library import load_amdsmi
 from .probes import BOARD_PROBES, PARTITION_PROBES
 from .processes import EngineClock, processes
 from .topology import Placed, peers_of, placement_facts
+from .xcp import METRICS_TABLE, Residency, xcp_readings
 
 _NA = "N/A"
 _INHERITED = ("numa_node", "nearest_nics")  # facts a partition shares with its GPU
@@ -47,6 +48,7 @@ class _Tracked(HandleDevice):
     board: bool = True  # answers board-level queries: a physical GPU
     engines: EngineClock = field(default_factory=EngineClock)
 
+    residency: Residency = field(default_factory=Residency)  # metrics-table accumulators
 
 @dataclass(frozen=True)
 class _Identity:
@@ -109,6 +111,7 @@ class AmdBackend(HandleBackend[_Tracked]):
 
     # -- discovery -------------------------------------------------------------
 
+            readings.extend(xcp_readings(calls.once(METRICS_TABLE, handle), tracked.residency))
     def _read_facts(self, library: ModuleType, handles: Sequence[Any]) -> dict[str, str]:
         facts: dict[str, str] = {}
         with contextlib.suppress(library.AmdSmiException, AttributeError, TypeError, KeyError):
