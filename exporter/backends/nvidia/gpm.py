@@ -37,21 +37,18 @@ SUSPEND_S = 60.0
 GPM_UNSUPPORTED = "gpm"  # the key of the `not_supported` entry in a sample's errors
 
 _METRIC_SIZE = ctypes.sizeof(pynvml.c_nvmlGpmMetric_t)
-_METRIC_HEAD = struct.Struct("=Iid")  # metricId, nvmlReturn, value (metricInfo follows)
+# One c_nvmlGpmMetric_t as read back: metricId, nvmlReturn, value; its metricInfo is skipped.
+_METRIC_ANSWER = f"Iid{_METRIC_SIZE - struct.calcsize('=Iid')}x"
 
 
 @dataclass(frozen=True, slots=True)
 class GpmMetric:
-    """How one GPM metric id becomes a catalog reading."""
+    """How one GPM metric id becomes a catalog reading: NVML's value (percent or MiB/s) x scale."""
 
     metric_id: int
     name: str
     scale: float
     labels: tuple[tuple[str, str], ...]
-
-    def reading(self, value: float) -> Reading:
-        """The catalog reading of a value NVML returned (percent or MiB/s)."""
-        return Reading(self.name, value * self.scale, self.labels)
 
 
 def _percent(metric_id: int, name: str, **labels: str) -> GpmMetric:
@@ -105,14 +102,13 @@ class _Request:
         self.struct.numMetrics = len(metrics)
         for slot, metric in enumerate(metrics):
             self.struct.metrics[slot].metricId = metric.metric_id
+        self._layout = struct.Struct("=" + _METRIC_ANSWER * len(metrics))
 
     def answers(self) -> Iterator[tuple[GpmMetric, int, float]]:
         """Each asked metric with NVML's status and value for it, read in one copy."""
-        raw = ctypes.string_at(ctypes.addressof(self.struct.metrics),
-                               _METRIC_SIZE * len(self.metrics))
-        for slot, metric in enumerate(self.metrics):
-            _, status, value = _METRIC_HEAD.unpack_from(raw, slot * _METRIC_SIZE)
-            yield metric, status, value
+        fields = self._layout.unpack(ctypes.string_at(ctypes.addressof(self.struct.metrics),
+                                                      self._layout.size))
+        return zip(self.metrics, fields[1::3], fields[2::3], strict=True)
 
 
 @dataclass
@@ -215,16 +211,15 @@ class GpmActivity:
             self._suspended_until = self._clock() + SUSPEND_S
         return answer
 
-    def _readings(self) -> Iterator[Reading]:
-        kept = []
-        for metric, status, value in self._request.answers():
-            if status == pynvml.NVML_SUCCESS:
-                kept.append(metric)
-                yield metric.reading(value)
-            elif status != pynvml.NVML_ERROR_NOT_SUPPORTED:
-                kept.append(metric)  # a passing failure: asked again next cycle
+    def _readings(self) -> list[Reading]:
+        answers = list(self._request.answers())
         if not self._pruned:
-            # What a device does not offer (links it lacks, C2C off Grace) never appears later.
+            # What a device does not offer (links it lacks, C2C off Grace) never appears later;
+            # any other failure is this cycle's, and the metric is asked again.
             self._pruned = True
+            kept = tuple(metric for metric, status, _ in answers
+                         if status != pynvml.NVML_ERROR_NOT_SUPPORTED)
             if len(kept) < len(self._request.metrics):
-                self._request = _Request(tuple(kept))
+                self._request = _Request(kept)
+        return [Reading(metric.name, value * metric.scale, metric.labels)
+                for metric, status, value in answers if status == pynvml.NVML_SUCCESS]

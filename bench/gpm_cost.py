@@ -1,0 +1,85 @@
+"""What GPM adds to the NVIDIA cycle: the simulated 8x H200 node with and without GPM.
+
+Runs the collection comparison of bench/run.py (our backend's cycle beside Ray
+2.60's provider, CPU per cycle, in the same process) twice: on `hgx-h200` as
+shipped (GPM on: one sample and one metrics call per GPU each cycle) and on the
+same node with `gpm_supported: false`. Prints one JSON line; bench/run.py puts
+it in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import sys
+
+from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
+
+GPM_PREFIX = "nvmlGpm"
+
+
+def without_gpm(name: str = "hgx-h200") -> dict:
+    """The scenario with GPM turned off on every GPU (a VM where it is disabled)."""
+    scenario = copy.deepcopy(load_scenario(name))
+    for device in scenario["devices"]:
+        device["gpm_supported"] = False
+    return scenario
+
+
+def gpm_lines(with_gpm: dict, without: dict) -> list[str]:
+    """Report lines: the cycle with GPM off on every GPU, and what GPM adds (section 1)."""
+    ours, off = statistics.median(with_gpm["ours"]), statistics.median(without["ours"])
+    from run import PROFILED_CYCLES  # run.py imports this module: import it when used
+
+    gpm_calls = [row for row in with_gpm["our_call_costs"]
+                 if row["function"].startswith(GPM_PREFIX)]
+    inside = sum(row["total_us"] for row in gpm_calls) / PROFILED_CYCLES
+    return [
+        "GPM (one `nvmlGpmSampleGet` and one `nvmlGpmMetricsGet` per GPU and cycle) is part of",
+        "the figures above. The same comparison with `gpm_supported: false` on every GPU:",
+        "",
+        "| | GPM on | GPM off | GPM's share |",
+        "|---|---|---|---|",
+        f"| CPU per cycle | {ours * 1e3:.3g} ms | {off * 1e3:.3g} ms | "
+        f"{(ours - off) * 1e3:+.3g} ms |",
+        f"| ratio to Ray's provider | {with_gpm['ratio']:.3f} | {without['ratio']:.3f} | "
+        f"{with_gpm['ratio'] - without['ratio']:+.3f} |",
+        f"| values delivered per cycle | {with_gpm['our_values']} | {without['our_values']} | "
+        f"{with_gpm['our_values'] - without['our_values']:+d} |",
+        f"| wall time inside the GPM calls per cycle | {inside:.3g} us | | |",
+    ]
+
+
+def measured(scenario: str | dict, rounds: int) -> dict:
+    """Our cycle and Ray's provider on one scenario (bench/run.py's collection comparison)."""
+    from run import collection
+
+    with SimulatedHardware.start(scenario) as hardware:
+        hardware.activate()
+        results: dict = {}
+        collection(results, rounds=rounds)
+    c = results["collection"]
+    gpm_calls = [row for row in c["our_call_costs"] if row["function"].startswith(GPM_PREFIX)]
+    return {
+        "ours_cpu_ms": statistics.median(c["ours"]) * 1e3,
+        "ray_cpu_ms": statistics.median(c["ray"]) * 1e3,
+        "ratio": c["ratio"],
+        "our_values": c["our_values"],
+        "our_calls": c["our_calls"],
+        "gpm_calls": gpm_calls,
+    }
+
+
+def main(rounds: int = 50) -> dict:
+    with_gpm = measured("hgx-h200", rounds)
+    no_gpm = measured(without_gpm(), rounds)
+    return {
+        "with_gpm": with_gpm,
+        "without_gpm": no_gpm,
+        "gpm_cpu_ms": with_gpm["ours_cpu_ms"] - no_gpm["ours_cpu_ms"],
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else 50)))
