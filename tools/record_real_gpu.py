@@ -83,6 +83,34 @@ def raw_calls(handle: Any) -> dict[str, Any]:
     }
 
 
+def board_fact_calls(handle: Any) -> dict[str, Any]:
+    """What nvidia-smi, DCGM and nvitop read besides the agent's calls (docs/simulation.md)."""
+    policies = {name.removeprefix("NVML_PERF_POLICY_").lower(): getattr(pynvml, name)
+                for name in dir(pynvml)
+                if name.startswith("NVML_PERF_POLICY_") and name != "NVML_PERF_POLICY_COUNT"}
+    error_counters = {name.removeprefix("NVML_NVLINK_ERROR_").lower(): getattr(pynvml, name)
+                      for name in ("NVML_NVLINK_ERROR_DL_REPLAY", "NVML_NVLINK_ERROR_DL_RECOVERY",
+                                   "NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA",
+                                   "NVML_NVLINK_ERROR_DL_ECC_DATA")}
+    calls: dict[str, Any] = {
+        name: _answer(getattr(pynvml, f"nvmlDeviceGet{name}"), handle)
+        for name in ("BAR1MemoryInfo", "NumFans", "FanSpeed", "PersistenceMode", "ComputeMode",
+                     "DisplayMode", "DisplayActive", "DriverModel", "CudaComputeCapability",
+                     "ConfComputeMemSizeInfo", "Brand", "BoardPartNumber", "VbiosVersion",
+                     "PowerManagementLimitConstraints", "PowerManagementDefaultLimit",
+                     "NumGpuCores", "MemoryBusWidth")
+    }
+    calls["TemperatureV"] = _answer(pynvml.nvmlDeviceGetTemperatureV, handle,
+                                    pynvml.NVML_TEMPERATURE_GPU)
+    calls["FanSpeed_v2[0]"] = _answer(pynvml.nvmlDeviceGetFanSpeed_v2, handle, 0)
+    calls["NvLinkErrorCounter[0]"] = {
+        name: _answer(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, 0, counter)
+        for name, counter in error_counters.items()}
+    calls["ViolationStatus"] = {name: _answer(pynvml.nvmlDeviceGetViolationStatus, handle, policy)
+                                for name, policy in policies.items()}
+    return calls
+
+
 def _record_gpm() -> dict[str, Any]:
     """Every GPM call on every GPU and GPU instance (tools/record_gpm.py, next to this file)."""
     folder = str(Path(__file__).resolve().parent)
@@ -104,7 +132,7 @@ def record() -> dict[str, Any]:
     raw = {}
     for index in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        raw[str(index)] = raw_calls(handle)
+        raw[str(index)] = {**raw_calls(handle), "board": board_fact_calls(handle)}
     document = {
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "facts": dict(backend.facts()),

@@ -17,13 +17,18 @@ from . import amd_scenario, checks, nvml_gpm
 from .nvml_fabric import check_fabric
 from .nvml_vocabulary import (
     ARCHITECTURES,
+    BRANDS,
+    COMPUTE_MODES,
+    DRIVER_MODELS,
     FIELD_VALUE_TYPES,
     MAX_CPUS,
     MAX_MIG_DEVICES,
     MAX_NAME,
     MAX_NVLINKS,
+    MAX_PART_NUMBER,
     MAX_SERIAL,
     MAX_UUID,
+    MAX_VBIOS_VERSION,
     NVLINK_REMOTE_TYPES,
     P2P_CAPS,
     P2P_STATUSES,
@@ -214,6 +219,22 @@ def _check_p2p(value: Any, path: str) -> None:
         p2p_statuses(entry, f"{path}.{other}")
 
 
+def _check_compute_capability(value: Any, path: str) -> None:
+    """`[major, minor]`, as nvmlDeviceGetCudaComputeCapability answers it."""
+    pair = checks.sequence(value, path, 2)
+    if len(pair) != 2:
+        raise checks.fail(path, "expected [major, minor], e.g. [9, 0]")
+    checks.integer(pair[0], f"{path}[0]", lo=1, hi=99)
+    checks.integer(pair[1], f"{path}[1]", lo=0, hi=9)
+
+
+def _check_conf_compute_memory(value: Any, path: str) -> None:
+    sizes = checks.mapping(value, path)
+    checks.keys(sizes, path, ("protected", "unprotected"), required=("protected", "unprotected"))
+    checks.integer(sizes["protected"], f"{path}.protected")
+    checks.integer(sizes["unprotected"], f"{path}.unprotected")
+
+
 def _check_architecture(value: Any, path: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool):
         checks.integer(value, path, hi=2**32 - 1)
@@ -277,6 +298,26 @@ DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "fabric": check_fabric,
     "gpm_supported": checks.boolean,
     "gpm": nvml_gpm.check_gpm,
+    # Board facts other monitoring tools read (absent: the call answers NOT_SUPPORTED)
+    "board_part_number": checks.str_check(MAX_PART_NUMBER),
+    "vbios_version": checks.str_check(MAX_VBIOS_VERSION),
+    "bar1_total_bytes": checks.int_check(),
+    "bar1_used_bytes": checks.signal_check(),
+    "fan_count": checks.int_check(hi=64),
+    "fan_speed_percent": checks.signal_check(0, 100),
+    "persistence_mode": checks.boolean,
+    "compute_mode": lambda v, p: checks.enum(v, p, COMPUTE_MODES, "compute mode"),
+    "display_mode": checks.boolean,
+    "display_active": checks.boolean,
+    "driver_model": lambda v, p: checks.enum(v, p, DRIVER_MODELS, "driver model"),
+    "cuda_compute_capability": _check_compute_capability,
+    "brand": lambda v, p: checks.enum(v, p, BRANDS, "brand"),
+    "conf_compute_memory_kib": _check_conf_compute_memory,
+    "power_limit_min_mw": checks.int_check(hi=2**32 - 1),
+    "power_limit_max_mw": checks.int_check(hi=2**32 - 1),
+    "power_limit_default_mw": checks.int_check(hi=2**32 - 1),
+    "gpu_cores": checks.int_check(hi=2**32 - 1),
+    "memory_bus_width_bits": checks.int_check(hi=2**32 - 1),
 }
 
 MIG_CHECKS: dict[str, Callable[[Any, str], None]] = {
@@ -289,6 +330,8 @@ MIG_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "memory_used_bytes": DEVICE_CHECKS["memory_used_bytes"],
     "processes": _check_processes,
     "gpm": nvml_gpm.check_gpm,
+    "bar1_total_bytes": DEVICE_CHECKS["bar1_total_bytes"],
+    "bar1_used_bytes": DEVICE_CHECKS["bar1_used_bytes"],
 }
 
 DEVICE_KEYS = tuple(DEVICE_CHECKS)

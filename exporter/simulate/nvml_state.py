@@ -16,6 +16,10 @@ from .nvml_fabric import fabric_line
 from .nvml_gpm import gpm_lines
 from .nvml_vocabulary import (
     ARCHITECTURES,
+    BRANDS,
+    COMPUTE_CAPABILITIES,
+    COMPUTE_MODES,
+    DRIVER_MODELS,
     NVLINK_REMOTE_TYPES,
     NVML_ERROR_CODES,
     PROCESS_TYPES,
@@ -46,6 +50,14 @@ def _counter_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return f"{_num(value.get('start', 0))} {_signal_text(value['rate_per_s'])}"
     return f"{_num(value)} 0"
+
+
+def _flag(value: Any) -> str:
+    return "1" if value else "0"
+
+
+def _enum(value: Any, names: Mapping[str, int]) -> str:
+    return _num(value if isinstance(value, int) else names[value.upper()])
 
 
 # JSON key -> (state key, how to render the value).
@@ -82,19 +94,53 @@ _SCALARS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "max_clock_video_mhz": ("max_clock_video_mhz", _num),
     "clocks_event_reasons": ("clocks_event_reasons", _signal_text),
     "performance_state": ("performance_state", _signal_text),
-    "ecc_mode": ("ecc_mode", lambda v: "1" if v else "0"),
-    "load_from_processes": ("load_from_processes", lambda v: "1" if v else "0"),
-    "raw_values": ("raw_values", lambda v: "1" if v else "0"),
+    "ecc_mode": ("ecc_mode", _flag),
+    "load_from_processes": ("load_from_processes", _flag),
+    "raw_values": ("raw_values", _flag),
     "ecc_corrected": ("ecc_corrected", _counter_text),
     "ecc_uncorrected": ("ecc_uncorrected", _counter_text),
     "pcie_replay": ("pcie_replay", _counter_text),
     "lost_at_s": ("lost_at_s", _num),
-    "mig_mode": ("mig_mode", lambda v: "1" if v else "0"),
+    "mig_mode": ("mig_mode", _flag),
     "mig_max_devices": ("mig_max_devices", _num),
     "gpu_instance_id": ("gpu_instance_id", _num),
     "compute_instance_id": ("compute_instance_id", _num),
     "numa_node": ("numa_node", _num),
+    "board_part_number": ("board_part_number", str),
+    "vbios_version": ("vbios_version", str),
+    "bar1_total_bytes": ("bar1_total_bytes", _num),
+    "bar1_used_bytes": ("bar1_used_bytes", _signal_text),
+    "fan_count": ("fan_count", _num),
+    "fan_speed_percent": ("fan_speed_percent", _signal_text),
+    "persistence_mode": ("persistence_mode", _flag),
+    "compute_mode": ("compute_mode", lambda v: _enum(v, COMPUTE_MODES)),
+    "display_mode": ("display_mode", _flag),
+    "display_active": ("display_active", _flag),
+    "driver_model": ("driver_model", lambda v: _enum(v, DRIVER_MODELS)),
+    "brand": ("brand", lambda v: _enum(v, BRANDS)),
+    "power_limit_min_mw": ("power_limit_min_mw", _num),
+    "power_limit_max_mw": ("power_limit_max_mw", _num),
+    "gpu_cores": ("gpu_cores", _num),
+    "memory_bus_width_bits": ("memory_bus_width_bits", _num),
 }
+
+
+def _board_fact_lines(d: Mapping[str, Any]) -> list[str]:
+    """Board facts with two values, or whose default follows from other keys."""
+    lines = []
+    capability = d.get("cuda_compute_capability")
+    architecture = d.get("architecture")
+    if capability is None and isinstance(architecture, str):
+        capability = COMPUTE_CAPABILITIES.get(architecture.lower())
+    if capability is not None:
+        lines += [f"cuda_cc_major {capability[0]}", f"cuda_cc_minor {capability[1]}"]
+    default_limit = d.get("power_limit_default_mw", d.get("power_limit_mw"))
+    if default_limit is not None:
+        lines.append(f"power_limit_default_mw {_num(default_limit)}")
+    if (sizes := d.get("conf_compute_memory_kib")) is not None:
+        lines += [f"conf_compute_protected_kib {sizes['protected']}",
+                  f"conf_compute_unprotected_kib {sizes['unprotected']}"]
+    return lines
 
 
 def _process_lines(processes: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -200,6 +246,8 @@ def _device_lines(d: Mapping[str, Any], index: int) -> list[str]:
             lines.append(f"{state_key} {render(d[key])}")
     lines += _composite_lines(d, index)
     lines += gpm_lines(d, _signal_text)
+    if index >= 0:  # a physical GPU (MIG devices have only their BAR1 scalars)
+        lines += _board_fact_lines(d)
     return lines
 
 

@@ -23,6 +23,8 @@ MAX_NAME = 95
 MAX_UUID = 95
 MAX_SERIAL = 29
 MAX_VERSION = 79
+MAX_PART_NUMBER = 79  # NVML_DEVICE_PART_NUMBER_BUFFER_SIZE
+MAX_VBIOS_VERSION = 31  # NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE
 
 NVML_ERROR_CODES: dict[str, int] = {
     "UNINITIALIZED": 1,
@@ -104,6 +106,45 @@ FIELD_VALUE_TYPES: dict[str, int] = {
     "ushort": 6,
 }
 PROCESS_TYPES: dict[str, int] = {"compute": 1, "graphics": 2, "both": 3}
+COMPUTE_MODES: dict[str, int] = {
+    "DEFAULT": 0,
+    "EXCLUSIVE_THREAD": 1,
+    "PROHIBITED": 2,
+    "EXCLUSIVE_PROCESS": 3,
+}
+DRIVER_MODELS: dict[str, int] = {"WDDM": 0, "WDM": 1, "MCDM": 2}  # Windows only
+BRANDS: dict[str, int] = {
+    "UNKNOWN": 0,
+    "QUADRO": 1,
+    "TESLA": 2,
+    "NVS": 3,
+    "GRID": 4,
+    "GEFORCE": 5,
+    "TITAN": 6,
+    "NVIDIA_VAPPS": 7,
+    "NVIDIA_VPC": 8,
+    "NVIDIA_VCS": 9,
+    "NVIDIA_VWS": 10,
+    "NVIDIA_CLOUD_GAMING": 11,
+    "QUADRO_RTX": 12,
+    "NVIDIA_RTX": 13,
+    "NVIDIA": 14,
+    "GEFORCE_RTX": 15,
+    "TITAN_RTX": 16,
+}
+# What nvmlDeviceGetCudaComputeCapability answers where a scenario gives only the
+# architecture: the first compute capability of each (A100 8.0, H100/H200 9.0, B200 10.0).
+COMPUTE_CAPABILITIES: dict[str, tuple[int, int]] = {
+    "kepler": (3, 0),
+    "maxwell": (5, 0),
+    "pascal": (6, 0),
+    "volta": (7, 0),
+    "turing": (7, 5),
+    "ampere": (8, 0),
+    "ada": (8, 9),
+    "hopper": (9, 0),
+    "blackwell": (10, 0),
+}
 
 # Every symbol the C library exports (tests check this against the library).
 NVML_FUNCTIONS: tuple[str, ...] = (
@@ -194,6 +235,29 @@ NVML_FUNCTIONS: tuple[str, ...] = (
     "nvmlGpmSampleGet",
     "nvmlGpmMigSampleGet",
     "nvmlGpmMetricsGet",
+    # Board facts other monitoring tools read (nvidia-smi, DCGM, nvitop)
+    "nvmlDeviceGetBAR1MemoryInfo",
+    "nvmlDeviceGetNumFans",
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetFanSpeed_v2",
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetComputeMode",
+    "nvmlDeviceGetDisplayMode",
+    "nvmlDeviceGetDisplayActive",
+    "nvmlDeviceGetDriverModel",
+    "nvmlDeviceGetDriverModel_v2",
+    "nvmlDeviceGetCudaComputeCapability",
+    "nvmlDeviceGetTemperatureV",
+    "nvmlDeviceGetConfComputeMemSizeInfo",
+    "nvmlDeviceGetBrand",
+    "nvmlDeviceGetBoardPartNumber",
+    "nvmlDeviceGetVbiosVersion",
+    "nvmlDeviceGetPowerManagementLimitConstraints",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
+    "nvmlDeviceGetNumGpuCores",
+    "nvmlDeviceGetMemoryBusWidth",
+    "nvmlDeviceGetNvLinkErrorCounter",
+    "nvmlDeviceGetViolationStatus",
 )
 
 

@@ -112,6 +112,10 @@ _Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t layout");
 _Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t layout");
 _Static_assert(sizeof(nvmlGpuFabricInfo_t) == 28, "nvmlGpuFabricInfo_t layout");
 _Static_assert(offsetof(nvmlGpuFabricInfoV_t, healthSummary) == 36, "fabric v3 layout");
+_Static_assert(sizeof(nvmlBAR1Memory_t) == 24, "nvmlBAR1Memory_t layout");
+_Static_assert(sizeof(nvmlTemperature_t) == 12, "nvmlTemperature_t layout");
+_Static_assert(sizeof(nvmlConfComputeMemSizeInfo_t) == 16, "nvmlConfComputeMemSizeInfo_t layout");
+_Static_assert(sizeof(nvmlViolationTime_t) == 16, "nvmlViolationTime_t layout");
 
 /* ------------------------------------------------------------------------ */
 /* Arena: every allocation of one loaded state, freed together.             */
@@ -279,6 +283,17 @@ typedef struct fake_dev {
     unsigned char fabric_uuid[NVML_GPU_FABRIC_UUID_LEN];
     unsigned int fabric_clique;
     signal_t fabric_state, fabric_status, fabric_health_mask, fabric_health_summary;
+    /* Board facts other monitoring tools read (section "Board facts" below) */
+    str_t board_part_number, vbios_version;
+    num_t bar1_total;
+    signal_t bar1_used;
+    num_t fan_count;
+    signal_t fan_speed;
+    num_t persistence_mode, compute_mode, display_mode, display_active, driver_model;
+    num_t cc_major, cc_minor, brand;
+    num_t conf_protected_kib, conf_unprotected_kib;
+    num_t power_limit_min, power_limit_max, power_limit_default;
+    num_t gpu_cores, memory_bus_width;
     list_t procs;   /* proc_t */
     list_t xids;    /* xid_t */
     list_t nvlinks; /* nvlink_t */
@@ -378,6 +393,27 @@ static const key_spec DEVICE_KEYS[] = {
     KEY("pcie_tx_kbps", KT_SIG, pcie_tx),
     KEY("pcie_rx_kbps", KT_SIG, pcie_rx),
     KEY("numa_node", KT_NUM, numa_node),
+    KEY("board_part_number", KT_STR, board_part_number),
+    KEY("vbios_version", KT_STR, vbios_version),
+    KEY("bar1_total_bytes", KT_NUM, bar1_total),
+    KEY("bar1_used_bytes", KT_SIG, bar1_used),
+    KEY("fan_count", KT_NUM, fan_count),
+    KEY("fan_speed_percent", KT_SIG, fan_speed),
+    KEY("persistence_mode", KT_NUM, persistence_mode),
+    KEY("compute_mode", KT_NUM, compute_mode),
+    KEY("display_mode", KT_NUM, display_mode),
+    KEY("display_active", KT_NUM, display_active),
+    KEY("driver_model", KT_NUM, driver_model),
+    KEY("cuda_cc_major", KT_NUM, cc_major),
+    KEY("cuda_cc_minor", KT_NUM, cc_minor),
+    KEY("brand", KT_NUM, brand),
+    KEY("conf_compute_protected_kib", KT_NUM, conf_protected_kib),
+    KEY("conf_compute_unprotected_kib", KT_NUM, conf_unprotected_kib),
+    KEY("power_limit_min_mw", KT_NUM, power_limit_min),
+    KEY("power_limit_max_mw", KT_NUM, power_limit_max),
+    KEY("power_limit_default_mw", KT_NUM, power_limit_default),
+    KEY("gpu_cores", KT_NUM, gpu_cores),
+    KEY("memory_bus_width_bits", KT_NUM, memory_bus_width),
     KEY("gpm_supported", KT_NUM, gpm_supported),
 };
 
@@ -2276,7 +2312,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t devi
 }
 
 /* Entry shared by the two per-process utilization queries: every process of a
- * physical GPU has one sample, stamped now; MIG devices have none. */
+ * physical GPU has one sample, stamped now; MIG devices have none. The stamp is
+ * the wall clock, as the driver's are, even while simulated time is frozen: a
+ * frozen stamp would never pass a caller's last-seen timestamp again. */
 static nvmlReturn_t enter_process_samples(const char *fn, nvmlDevice_t h, unsigned long long last_seen, call_t *c,
                                           unsigned long long *stamp)
 {
@@ -2285,7 +2323,7 @@ static nvmlReturn_t enter_process_samples(const char *fn, nvmlDevice_t h, unsign
         return rc;
     if (c->mig >= 0 || !c->dev->procs.present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
-    *stamp = (unsigned long long)state_unix_us(c->st, c->t);
+    *stamp = (unsigned long long)to_ll(realtime_now() * 1e6);
     if (visible_processes(c->dev) == 0 || *stamp <= last_seen)
         return leave(NVML_ERROR_NOT_FOUND);
     return NVML_SUCCESS;
@@ -3209,3 +3247,279 @@ _Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t layout");
 _Static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "nvmlGpmMetricsGet_t layout");
 _Static_assert(sizeof(nvmlGpmMetricsGet_t) == 24 + 40 * NVML_GPM_METRIC_MAX, "nvmlGpmMetricsGet_t size");
 /* ---- end GPM ------------------------------------------------------------- */
+
+/* ------------------------------------------------------------------------ */
+/* Board facts other monitoring tools read (nvidia-smi, DCGM, nvitop)        */
+/* ------------------------------------------------------------------------ */
+/* A key the scenario leaves out answers NVML_ERROR_NOT_SUPPORTED, as the real
+ * driver does for a board without the feature (no fans on a passively cooled
+ * board, no driver model outside Windows): the symbol itself is always there. */
+
+/* Reads one number key of the device or MIG device behind h. */
+static nvmlReturn_t enter_num(const char *fn, nvmlDevice_t h, int physical_only, size_t offset, void *out,
+                              call_t *c, const num_t **n)
+{
+    nvmlReturn_t rc = physical_only ? enter_physical(fn, h, c) : enter_device(fn, h, c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!out)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *n = dev_member(c->dev, offset);
+    if (!(*n)->present)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t get_phys_uint(const char *fn, nvmlDevice_t h, size_t offset, unsigned int *out)
+{
+    call_t c;
+    const num_t *n;
+    nvmlReturn_t rc = enter_num(fn, h, 1, offset, out, &c, &n);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *out = to_uint(n->v);
+    return leave(NVML_SUCCESS);
+}
+
+#define PHYS_UINT_GETTER(name, member, type)                                                                    \
+    NVML_API nvmlReturn_t name(nvmlDevice_t device, type *out)                                                  \
+    {                                                                                                           \
+        return get_phys_uint(__func__, device, offsetof(fake_dev, member), (unsigned int *)out);                \
+    }
+
+PHYS_UINT_GETTER(nvmlDeviceGetNumFans, fan_count, unsigned int)
+PHYS_UINT_GETTER(nvmlDeviceGetPersistenceMode, persistence_mode, unsigned int)
+PHYS_UINT_GETTER(nvmlDeviceGetComputeMode, compute_mode, unsigned int)
+PHYS_UINT_GETTER(nvmlDeviceGetDisplayMode, display_mode, unsigned int)
+PHYS_UINT_GETTER(nvmlDeviceGetDisplayActive, display_active, unsigned int)
+PHYS_UINT_GETTER(nvmlDeviceGetBrand, brand, unsigned int)
+PHYS_UINT_GETTER(nvmlDeviceGetPowerManagementDefaultLimit, power_limit_default, unsigned int)
+PHYS_UINT_GETTER(nvmlDeviceGetNumGpuCores, gpu_cores, unsigned int)
+PHYS_UINT_GETTER(nvmlDeviceGetMemoryBusWidth, memory_bus_width, unsigned int)
+
+NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
+{
+    call_t c;
+    const num_t *total;
+    nvmlReturn_t rc = enter_num(__func__, device, 0, offsetof(fake_dev, bar1_total), bar1Memory, &c, &total);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    unsigned long long size = to_ull(total->v);
+    unsigned long long used = c.dev->bar1_used.present ? to_ull(sig_value(&c.dev->bar1_used, c.t)) : 0;
+    if (used > size)
+        used = size;
+    *bar1Memory = (nvmlBAR1Memory_t){size, size - used, used};
+    return leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t fan_speed(const char *fn, nvmlDevice_t h, unsigned int fan, unsigned int *speed)
+{
+    call_t c;
+    const num_t *count;
+    nvmlReturn_t rc = enter_num(fn, h, 1, offsetof(fake_dev, fan_count), speed, &c, &count);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!c.dev->fan_speed.present || count->v < 1)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (fan >= to_uint(count->v))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *speed = to_uint(sig_value(&c.dev->fan_speed, c.t));
+    return leave(NVML_SUCCESS);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    return fan_speed(__func__, device, 0, speed);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int *speed)
+{
+    return fan_speed(__func__, device, fan, speed);
+}
+
+static nvmlReturn_t driver_model(const char *fn, nvmlDevice_t h, unsigned int *current, unsigned int *pending)
+{
+    call_t c;
+    const num_t *model;
+    nvmlReturn_t rc = enter_num(fn, h, 1, offsetof(fake_dev, driver_model), current, &c, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!pending)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *current = *pending = to_uint(model->v);
+    return leave(NVML_SUCCESS);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    return driver_model(__func__, device, current, pending);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    return driver_model(__func__, device, current, pending);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    call_t c;
+    const num_t *n;
+    nvmlReturn_t rc = enter_num(__func__, device, 0, offsetof(fake_dev, cc_major), major, &c, &n);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!minor)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *major = to_int(n->v);
+    *minor = c.dev->cc_minor.present ? to_int(c.dev->cc_minor.v) : 0;
+    return leave(NVML_SUCCESS);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
+{
+    if (!temperature)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (temperature->version != NVML_TEMPERATURE_V1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    call_t c;
+    nvmlReturn_t rc = enter_physical(__func__, device, &c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (temperature->sensorType != NVML_TEMPERATURE_GPU)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!c.dev->temperature.present)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    temperature->temperature = to_int(sig_value(&c.dev->temperature, c.t));
+    return leave(NVML_SUCCESS);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfComputeMemSizeInfo_t *memInfo)
+{
+    call_t c;
+    const num_t *protected_kib;
+    nvmlReturn_t rc =
+        enter_num(__func__, device, 1, offsetof(fake_dev, conf_protected_kib), memInfo, &c, &protected_kib);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    memInfo->protectedMemSizeKib = to_ull(protected_kib->v);
+    memInfo->unprotectedMemSizeKib = c.dev->conf_unprotected_kib.present ? to_ull(c.dev->conf_unprotected_kib.v) : 0;
+    return leave(NVML_SUCCESS);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)
+{
+    return get_dev_str(__func__, device, offsetof(fake_dev, board_part_number), partNumber, length);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    return get_dev_str(__func__, device, offsetof(fake_dev, vbios_version), version, length);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *minLimit,
+                                                                   unsigned int *maxLimit)
+{
+    call_t c;
+    const num_t *lo;
+    nvmlReturn_t rc = enter_num(__func__, device, 1, offsetof(fake_dev, power_limit_min), minLimit, &c, &lo);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!maxLimit)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!c.dev->power_limit_max.present)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *minLimit = to_uint(lo->v);
+    *maxLimit = to_uint(c.dev->power_limit_max.v);
+    return leave(NVML_SUCCESS);
+}
+
+/* NVLink error counters are the per-link field values the backend reads too
+ * (NVML_FI_DEV_NVLINK_ERROR_DL_*), so both views of one link always agree.
+ * Data CRC counts are not kept by NVLink 4 and newer. */
+static const unsigned int NVLINK_ERROR_FIELDS[NVML_NVLINK_ERROR_DL_COUNT] = {
+    161, /* DL_REPLAY: NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY */
+    162, /* DL_RECOVERY: NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY */
+    163, /* DL_CRC_FLIT: NVML_FI_DEV_NVLINK_ERROR_DL_CRC */
+    0,   /* DL_CRC_DATA */
+    160, /* DL_ECC_DATA: NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL */
+};
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, unsigned int counter,
+                                                      unsigned long long *counterValue)
+{
+    call_t c;
+    const nvlink_t *l;
+    nvmlReturn_t rc = enter_link(__func__, device, link, &c, &l);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!counterValue || counter >= NVML_NVLINK_ERROR_DL_COUNT)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    const field_t *f = NVLINK_ERROR_FIELDS[counter] ? find_field(c.dev, NVLINK_ERROR_FIELDS[counter], link) : NULL;
+    if (!f)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *counterValue = to_ull(f->is_counter ? ctr_value(&f->ctr, c.t) : sig_value(&f->sig, c.t));
+    return leave(NVML_SUCCESS);
+}
+
+/* Clock-event reason bits that count as each performance policy's violation
+ * (nvmlPerfPolicyType_t order; RELIABILITY has no reason bit of its own). */
+static unsigned long long policy_reasons(unsigned int policy)
+{
+    switch (policy) {
+    case 0: return 0x4ull | 0x80ull;        /* POWER: SW power cap, HW power brake */
+    case 1: return 0x20ull | 0x40ull;       /* THERMAL: SW and HW thermal slowdown */
+    case 2: return 0x10ull;                 /* SYNC_BOOST */
+    case 3: return 0x8ull;                  /* BOARD_LIMIT: HW slowdown */
+    case 4: return 0x1ull;                  /* LOW_UTILIZATION: GPU idle */
+    case 5: return 0;                       /* RELIABILITY */
+    case 10:                                /* TOTAL_APP_CLOCKS */
+    case 11: return 0x2ull | 0x4ull | 0x8ull | 0x10ull | 0x20ull | 0x40ull | 0x80ull; /* TOTAL_BASE_CLOCKS */
+    default: return ~0ull;
+    }
+}
+
+/* Seconds within [a, b] during which a step curve's value has one of `bits` set. */
+static double held_in(const keyframe_t *k, int n, unsigned long long bits, double a, double b)
+{
+    double total = 0.0;
+    for (int i = -1; i < n; i++) {
+        double t0 = i < 0 ? -1e300 : k[i].t, t1 = i + 1 < n ? k[i + 1].t : 1e300;
+        double v = k[i < 0 ? 0 : i].v;
+        double lo = a > t0 ? a : t0, hi = b < t1 ? b : t1;
+        if (hi > lo && (to_ull(v) & bits))
+            total += hi - lo;
+    }
+    return total;
+}
+
+/* Seconds of [0, t] during which the reason signal had one of `bits` set
+ * (a bit mask does not interpolate: keyframes are held as steps). */
+static double reasons_held_seconds(const signal_t *s, unsigned long long bits, double t)
+{
+    if (!(t > 0))
+        return 0.0;
+    if (s->nkf == 0)
+        return (to_ull(s->constant) & bits) ? t : 0.0;
+    if (s->period <= 0)
+        return held_in(s->kf, s->nkf, bits, 0.0, t);
+    double cycles = dfloor(t / s->period);
+    return cycles * held_in(s->kf, s->nkf, bits, 0.0, s->period) +
+           held_in(s->kf, s->nkf, bits, 0.0, t - cycles * s->period);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, unsigned int perfPolicyType,
+                                                   nvmlViolationTime_t *violTime)
+{
+    call_t c;
+    nvmlReturn_t rc = enter_physical(__func__, device, &c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    unsigned long long bits = policy_reasons(perfPolicyType);
+    if (!violTime || bits == ~0ull)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!c.dev->clocks_event_reasons.present)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    violTime->referenceTime = to_ull(realtime_now() * 1e6);
+    violTime->violationTime = to_ull(reasons_held_seconds(&c.dev->clocks_event_reasons, bits, c.t) * 1e9);
+    return leave(NVML_SUCCESS);
+}
+/* ---- end board facts ----------------------------------------------------- */

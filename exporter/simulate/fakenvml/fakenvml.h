@@ -205,6 +205,33 @@ typedef struct {
     unsigned char healthSummary; /* present from version 3 on */
 } nvmlGpuFabricInfoV_t;
 
+/* ---- Board facts other monitoring tools read (nvidia-smi, DCGM, nvitop) -- */
+#define NVML_TEMPERATURE_V1 0x0100000Cu /* sizeof(nvmlTemperature_t) | 1 << 24 */
+#define NVML_NVLINK_ERROR_DL_COUNT 5     /* REPLAY, RECOVERY, CRC_FLIT, CRC_DATA, ECC_DATA */
+
+typedef struct {
+    unsigned long long bar1Total;
+    unsigned long long bar1Free;
+    unsigned long long bar1Used;
+} nvmlBAR1Memory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int sensorType;
+    int temperature;
+} nvmlTemperature_t;
+
+typedef struct {
+    unsigned long long protectedMemSizeKib;
+    unsigned long long unprotectedMemSizeKib;
+} nvmlConfComputeMemSizeInfo_t;
+
+typedef struct {
+    unsigned long long referenceTime; /* CPU time of the reading, microseconds */
+    unsigned long long violationTime; /* time the policy held clocks down, nanoseconds */
+} nvmlViolationTime_t;
+/* ---- end board facts ----------------------------------------------------- */
+
 /* ---- GPM (GPU Performance Monitoring, Hopper and newer) ------------------ */
 /* Versions are plain numbers here, not sizeof | version << 24. */
 #define NVML_GPM_METRICS_GET_VERSION 1
