@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -84,13 +85,15 @@ class Deployment:
         return [t for t in targets if t["labels"].get("job") == "ray-accel"]
 
 
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=5) as response:
+def _get(url: str, token: str | None = None) -> bytes:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                timeout=5) as response:
         return response.read()
 
 
-def _get_json(url: str) -> Any:
-    return json.loads(_get(url))
+def _get_json(url: str, token: str | None = None) -> Any:
+    return json.loads(_get(url, token))
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
@@ -116,7 +119,10 @@ def devices_per_node(deployment: Deployment) -> dict[str, int]:
 
 
 def expected_devices(deployment: Deployment, row: dict) -> int:
-    return len(_get_json(row["url"] + "/api/v1/snapshot")["devices"])
+    snapshot = row["url"] + "/api/v1/snapshot"
+    with pytest.raises(urllib.error.HTTPError, match="401"):  # deployed agents need the token
+        _get(snapshot)
+    return len(_get_json(snapshot, deployment.cluster.token.read_text())["devices"])
 
 
 def up_targets(deployment: Deployment) -> dict[str, str]:
