@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exporter import catalog as m
 from .reduce import HARMFUL_THROTTLE_REASONS
 
 # Device health, worst first.
@@ -84,6 +85,28 @@ def _finding(kind: str, severity: str, node: NodeState, message: str,
     return found
 
 
+def unhealthy_fabric(fabric: dict[str, Any] | None) -> str:
+    """What is wrong with a GPU's NVLink fabric ("" when nothing, or when it has none).
+
+    The tab's side of RayAcceleratorFabricUnhealthy: registration not completed, failed,
+    or a health summary other than healthy.
+    """
+    if not fabric:
+        return ""
+    if fabric["state"] != m.FABRIC_STATE_COMPLETED:
+        return f"registration {fabric['state_name'] or 'not completed'}"
+    if fabric["status"]:
+        return f"registration failed ({fabric['status_name'] or fabric['status']})"
+    summary = fabric["health_summary"]
+    if summary is None or summary == m.FABRIC_SUMMARY_HEALTHY:
+        return ""
+    issues = ", ".join(fabric["issues"])
+    if fabric["incorrect_configuration"] not in ("", "none", "not_supported"):
+        issues = issues.replace("incorrect_configuration",
+                                f"incorrect_configuration ({fabric['incorrect_configuration']})")
+    return f"{fabric['health_summary_name'] or 'not healthy'}" + (f": {issues}" if issues else "")
+
+
 def device_findings(node: NodeState, device: dict[str, Any]) -> list[dict[str, Any]]:
     """Everything wrong with one device, most severe first."""
     name = f"{device['model']} #{device['index']}"
@@ -124,6 +147,11 @@ def device_findings(node: NodeState, device: dict[str, Any]) -> list[dict[str, A
             f"{name}: PCIe Gen{pcie['generation'] or 0:.0f} x{pcie['width'] or 0:.0f} "
             f"(capable of Gen{pcie['generation_max'] or 0:.0f} x{pcie['width_max'] or 0:.0f})",
             device, **pcie))
+    fabric_problem = unhealthy_fabric(device.get("fabric"))
+    if fabric_problem:
+        found.append(_finding("fabric_unhealthy", "critical", node,
+                              f"{name}: NVLink fabric {fabric_problem}", device,
+                              **device["fabric"]))
     down_links = [f"{link['link_type']} {link['index']}" for link in device["links"]
                   if link["up"] is False]
     if down_links:

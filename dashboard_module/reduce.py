@@ -85,6 +85,25 @@ def _process(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _fabric(values: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The GPU's NVLink fabric (codes, names, issues in trouble); None without a fabric."""
+    state = value(values, m.FABRIC_STATE)
+    if state is None:
+        return None
+    names = next(((entry.get("labels") or {}) for entry in values.get(m.FABRIC_INFO) or ()), {})
+    issues = by_label(values, m.FABRIC_HEALTH_ISSUE, "field")
+    return {
+        "state": state,
+        "status": value(values, m.FABRIC_STATUS),
+        "health_summary": value(values, m.FABRIC_HEALTH_SUMMARY),
+        "issues": sorted(field for field, flag in issues.items() if flag >= 1),
+        **{f"{key}_name": str(names.get(key, "")) for key in ("state", "status", "health_summary")},
+        "incorrect_configuration": str(names.get("incorrect_configuration", "")),
+        "cluster_uuid": str(names.get("cluster_uuid", "")),
+        "clique_id": str(names.get("clique_id", "")),
+    }
+
+
 def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
     values = doc.get("values") or {}
     facts = doc.get("facts") or {}
@@ -130,6 +149,7 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
         "row_remap_pending": value(values, m.ROW_REMAP_PENDING),
         "row_remap_failure": value(values, m.ROW_REMAP_FAILURE),
         "xid_errors": {code: count for code, count in xid.items() if count > 0},
+        "fabric": _fabric(values),
         "links": [_link(link) for link in doc.get("links") or ()],
         "processes": [_process(p) for p in doc.get("processes") or ()],
         "allocated": doc.get("allocated"),

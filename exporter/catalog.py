@@ -250,6 +250,9 @@ FABRIC_STATUS = "ray.accelerator.fabric.status"
 FABRIC_HEALTH_SUMMARY = "ray.accelerator.fabric.health.summary"
 FABRIC_HEALTH_ISSUE = "ray.accelerator.fabric.health.issue"
 FABRIC_INFO = "ray.accelerator.fabric.info"
+# Values of FABRIC_STATE and FABRIC_HEALTH_SUMMARY that mean all is well (NVML's codes).
+FABRIC_STATE_COMPLETED = 3
+FABRIC_SUMMARY_HEALTHY = 1
 NODE_PLACEMENT = "ray.accelerator.placement.info"
 ALLOCATION = "ray.accelerator.allocation"
 ALLOCATION_IDLE = "ray.accelerator.allocation.idle"

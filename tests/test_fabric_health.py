@@ -76,6 +76,12 @@ def test_a_healthy_fabric_reads_as_completed_and_healthy(open_backend):
     assert devices[0].facts["nvlink_domain"] == f"{CLUSTER}/7"
 
 
+def test_the_catalogs_good_values_are_nvmls():
+    # The metrics carry NVML's codes; consumers (alerts, the tab) read the catalog's names.
+    assert m.FABRIC_STATE_COMPLETED == fabric_health.STATE_COMPLETED
+    assert m.FABRIC_SUMMARY_HEALTHY == fabric_health.SUMMARY_HEALTHY
+
+
 def test_each_health_mask_field_is_decoded_at_its_own_bits(open_backend):
     # One field in trouble at a time; the others report fine: no field bleeds into another.
     for field in fabric_health.HEALTH_FIELDS:

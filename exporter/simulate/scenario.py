@@ -19,7 +19,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import amd_scenario, checks
+from . import amd_scenario, checks, scenario_parameters
 from .checks import ScenarioError
 from .nvml_devices import DEVICE_CHECKS, check_device, merge_device
 from .nvml_vocabulary import MAX_DEVICES, MAX_VERSION
@@ -78,6 +78,15 @@ def _read_json(path: pathlib.Path) -> Any:
 
 
 def _source_to_dict(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Any, str]:
+    """The raw scenario and its default name, with its parameters resolved."""
+    given: dict[str, str] = {}
+    if isinstance(source, str) and "?" in source and not pathlib.Path(source).is_file():
+        source, given = scenario_parameters.split_source(source)
+    raw, name = _read_source(source)
+    return scenario_parameters.resolve(raw, given, name)
+
+
+def _read_source(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Any, str]:
     if isinstance(source, Mapping):
         return copy.deepcopy(dict(source)), "scenario"
     path = pathlib.Path(source)

@@ -68,6 +68,12 @@ export interface Process extends Identity {
 
 export interface Holder extends Identity { fraction: number; idle: boolean }
 
+export interface Fabric {
+  state: number; status: number | null; health_summary: number | null; issues: string[];
+  state_name: string; status_name: string; health_summary_name: string;
+  incorrect_configuration: string; cluster_uuid: string; clique_id: string;
+}
+
 export interface Device {
   uuid: string; index: string; vendor: string; model: string; pci_bus_id: string; up: boolean;
   health: Health; utilization: number | null; memory_used_bytes: number | null;
@@ -79,7 +85,7 @@ export interface Device {
   links: Link[]; processes: Process[]; holders: Holder[]; findings: Finding[];
   nvlink_transmit_bytes_per_s: number | null; nvlink_receive_bytes_per_s: number | null;
   pcie_transmit_bytes_per_s: number | null; pcie_receive_bytes_per_s: number | null;
-  nvlink_domain: string;
+  nvlink_domain: string; fabric: Fabric | null;
 }
 
 export interface NodeDetail {

@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { render, screen } from "@testing-library/react";
-import type { Finding, HeatNode } from "./api";
+import type { Device, Fabric, Finding, HeatNode } from "./api";
 import { rayLink } from "./api";
 import { parseRoute } from "./App";
+import { FabricTable, fabricDevices } from "./components/FabricTable";
 import { Heatmap, cellColor, groupRows } from "./components/Heatmap";
 import { Sparkline } from "./components/Sparkline";
 import { bytes, heatColor, percent, rate, watts } from "./format";
@@ -91,5 +92,44 @@ describe("sparkline", () => {
   it("draws the points it has", () => {
     render(<Sparkline values={[0.1, null, 0.5, 0.9]} max={1} />);
     expect(screen.getByTestId("sparkline").dataset.points).toBe("3");
+  });
+});
+
+describe("NVLink fabric", () => {
+  const fabric = (over: Partial<Fabric>): Fabric => ({
+    state: 3, status: 0, health_summary: 1, issues: [], state_name: "completed",
+    status_name: "success", health_summary_name: "healthy", incorrect_configuration: "none",
+    cluster_uuid: "5d3c2b1a-0f9e-4d8c-b7a6-958473625140", clique_id: "7", ...over,
+  });
+  const device = (index: string, f: Fabric | null, findings: Finding[] = []) =>
+    ({ uuid: `u${index}`, index, fabric: f, findings } as unknown as Device);
+  const degraded: Finding = {
+    kind: "fabric_unhealthy", severity: "critical", node_id: "n1", hostname: "h1",
+    message: "GPU 1: NVLink fabric unhealthy: degraded_bandwidth", device_uuid: "u1",
+    device_index: "1" };
+  const devices = [
+    device("0", fabric({})),
+    device("1", fabric({ health_summary: 2, health_summary_name: "unhealthy",
+                         issues: ["degraded_bandwidth"] }), [degraded]),
+    device("2", null),
+  ];
+  it("lists only GPUs with a fabric", () => {
+    expect(fabricDevices(devices).map((d) => d.index)).toEqual(["0", "1"]);
+    const { container } = render(<FabricTable devices={devices} />);
+    expect(container.querySelector('[data-testid="fabric-2"]')).toBeNull();
+    expect(container.querySelectorAll('[data-testid^="fabric-"]')).toHaveLength(2);
+  });
+  it("highlights the GPU with a fabric finding and names its issues", () => {
+    const { container } = render(<FabricTable devices={devices} />);
+    const row = (i: string) => container.querySelector(`[data-testid="fabric-${i}"]`)!;
+    expect(row("0").getAttribute("data-unhealthy")).toBe("false");
+    const sick = row("1");
+    expect(sick.getAttribute("data-unhealthy")).toBe("true");
+    expect(sick.textContent).toContain("unhealthy");
+    expect(sick.textContent).toContain("degraded_bandwidth");
+  });
+  it("shows nothing on a node without fabric", () => {
+    const { container } = render(<FabricTable devices={[device("0", null)]} />);
+    expect(container.textContent).toBe("");
   });
 });

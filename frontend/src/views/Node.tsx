@@ -4,6 +4,7 @@ import {
   Alert, Box, Chip, Link, Stack, Table, TableBody, TableCell, TableHead, TableRow, Typography,
 } from "@mui/material";
 import { rayLink, usePoll, type Device, type NodeDetail } from "../api";
+import { FabricTable, fabricDevices } from "../components/FabricTable";
 import { Sparkline } from "../components/Sparkline";
 import { DASH, HEALTH_COLORS, bytes, percent, rate, watts } from "../format";
 import { FindingRow } from "./Findings";
@@ -138,6 +139,9 @@ export function NodeView({ nodeId, refreshMs, ray }: {
         </TableBody>
       </Table>
       </Box>
+
+      {fabricDevices(node.devices).length > 0 && <Typography variant="h6">NVLink fabric</Typography>}
+      <FabricTable devices={node.devices} />
 
       <Typography variant="h6">Processes</Typography>
       <Table size="small" data-testid="processes">

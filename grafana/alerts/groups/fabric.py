@@ -7,12 +7,7 @@ from collections.abc import Callable
 import pynvml
 
 from ray_accel.exporter import catalog as m
-from ray_accel.exporter.backends.nvidia.fabric_health import (
-    STATE_COMPLETED,
-    STATES,
-    SUMMARIES,
-    SUMMARY_HEALTHY,
-)
+from ray_accel.exporter.backends.nvidia.fabric_health import STATES, SUMMARIES
 
 from ...promql import duration, metric, number
 from ..cases import sustained
@@ -39,9 +34,9 @@ def unhealthy_fabric(select: Callable[[str], str] = metric) -> str:
 
     `select` makes a metric's selector (the boards add their filters).
     """
-    return (f"({select(m.FABRIC_STATE)} != {number(STATE_COMPLETED)}) "
+    return (f"({select(m.FABRIC_STATE)} != {number(m.FABRIC_STATE_COMPLETED)}) "
             f"or ({select(m.FABRIC_STATUS)} != 0) "
-            f"or ({select(m.FABRIC_HEALTH_SUMMARY)} != {number(SUMMARY_HEALTHY)})")
+            f"or ({select(m.FABRIC_HEALTH_SUMMARY)} != {number(m.FABRIC_SUMMARY_HEALTHY)})")
 
 
 def rules(config: AlertConfig) -> tuple[Rule, ...]:
@@ -52,7 +47,7 @@ def rules(config: AlertConfig) -> tuple[Rule, ...]:
 def _fabric_unhealthy(config: AlertConfig) -> Rule:
     t, device = config.thresholds, on(DEVICE, config.agent_job)
 
-    def fabric(summary_values: str, state_value: float = STATE_COMPLETED,
+    def fabric(summary_values: str, state_value: float = m.FABRIC_STATE_COMPLETED,
                status_value: float = 0) -> tuple[Series, ...]:
         """The summary following the timeline; state and status held."""
         count = last_index(summary_values)
@@ -61,7 +56,7 @@ def _fabric_unhealthy(config: AlertConfig) -> Rule:
                 series(m.FABRIC_STATUS, device, held(status_value, count)))
 
     fires, near = sustained(t.fabric_unhealthy_for, fabric, bad=_UNHEALTHY,
-                            good=SUMMARY_HEALTHY, near=SUMMARY_HEALTHY)
+                            good=m.FABRIC_SUMMARY_HEALTHY, near=m.FABRIC_SUMMARY_HEALTHY)
     tick = tick_for(t.fabric_unhealthy_for)
     count = int(fires[0].at_s / tick)
 
@@ -74,11 +69,11 @@ def _fabric_unhealthy(config: AlertConfig) -> Rule:
     first = count // 2
     just_registered = (
         series(m.FABRIC_STATE, device, then(held(_IN_PROGRESS, first - 1),
-                                            held(STATE_COMPLETED, count - first))),
+                                            held(m.FABRIC_STATE_COMPLETED, count - first))),
         series(m.FABRIC_STATUS, device, then(held(pynvml.NVML_ERROR_NOT_READY, first - 1),
                                              held(0, count - first))),
-        series(m.FABRIC_HEALTH_SUMMARY, device, then(f"_x{first}",
-                                                     held(SUMMARY_HEALTHY, count - first))),
+        series(m.FABRIC_HEALTH_SUMMARY, device,
+               then(f"_x{first}", held(m.FABRIC_SUMMARY_HEALTHY, count - first))),
     )
 
     def case(why: str, found: tuple[Series, ...], fire: bool) -> Case:
@@ -128,7 +123,7 @@ def _fabric_unhealthy(config: AlertConfig) -> Rule:
                case("registration still in progress past the rule's for",
                     registering(_IN_PROGRESS, pynvml.NVML_ERROR_NOT_READY), fire=True),
                case("registration completed with an error status",
-                    registering(STATE_COMPLETED, pynvml.NVML_ERROR_UNKNOWN), fire=True)),
+                    registering(m.FABRIC_STATE_COMPLETED, pynvml.NVML_ERROR_UNKNOWN), fire=True)),
         near_misses=(*near, case("registering for a while, then completed and healthy",
                                  just_registered, fire=False)),
     )
