@@ -91,10 +91,11 @@ def load_web_config(path: str | Path) -> WebConfig:
                              "extra headers); remove it")
     config = WebConfig(path=path, watched=(path,))
     tls = document.get("tls_server_config")
-    if tls:
+    if tls is not None:
         config.tls, named = _tls_context(path, tls)
         config.watched += named
-    config.users = BasicUsers(_users(path, document.get("basic_auth_users") or {}))
+    users = document.get("basic_auth_users")
+    config.users = BasicUsers(_users(path, {} if users is None else users))
     return config
 
 

@@ -227,3 +227,60 @@ def test_clients_present_rays_token_when_rays_auth_is_on():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, **RAY_TOKEN_ENV})
     assert done.stdout.strip() == RAY_TOKEN, done.stderr
+
+
+def test_topo_presents_rays_token_to_a_guarded_agent(tmp_path):
+    (tmp_path / "token").write_text(RAY_TOKEN)
+    code = ("import sys; from ray_accel.exporter.topo_command import _fetch; "
+            "view = _fetch('n', sys.argv[1]); print(view.devices, view.error)")
+    with AgentProcess("--simulate", "l4-pcie", "--token-file", str(tmp_path / "token"),
+                      "--metrics-auth", "token") as agent:
+        wait_until(lambda: fetch(agent.url + "/api/v1/snapshot", bearer(RAY_TOKEN))[0] == 200,
+                   "the agent's first snapshot")
+        runs = {}
+        for name, extra in (("with", RAY_TOKEN_ENV), ("without", {})):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+            runs[name] = subprocess.run([sys.executable, "-c", code, agent.url],
+                                        capture_output=True, text=True, timeout=60,
+                                        env={**env, **extra}).stdout
+    assert runs["with"].startswith("['NVIDIA L4'") and "401" not in runs["with"], runs
+    assert "401" in runs["without"], runs
+
+
+def test_dashboard_with_basic_auth_users_and_tls(tmp_path):
+    certs = make_certificates(tmp_path)
+    web = write_web_config(tmp_path / "web.yml", tls={"cert_file": certs["cert"],
+                                                      "key_file": certs["key"]},
+                           users={"viewer": "pw"})
+
+    async def go():
+        from ray_accel.exporter.serving import serve
+        from ray_accel.exporter.web_config import WebConfigWatcher
+
+        async def nobody():
+            return []
+
+        watcher = WebConfigWatcher(web)
+        api = AcceleratorsApi(Collector(nobody, refresh_s=60, token=lambda: None), "standalone")
+        serving = await serve(build_app(api, TOKEN, watcher), "127.0.0.1", 0,
+                              ssl_context=watcher.ssl_context)
+        try:
+            context = _client_context(certs["ca"])
+            page = serving.url + "/accelerators/"
+            api_path = serving.url + "/accelerators/api/config"
+            return await asyncio.to_thread(lambda: [
+                fetch(page, context=context)[0],
+                fetch(page, basic("viewer", "pw"), context)[0],
+                fetch(page, bearer(), context)[0],
+                fetch(api_path, basic("viewer", "pw"), context)[0],
+                fetch(api_path, bearer(), context)[0],
+            ])
+        finally:
+            await serving.close()
+
+    assert asyncio.run(go()) == [401, 200, 200, 401, 200]
+    web.write_text("basic_auth_users: []\n")
+    done = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "dashboard",
+                           "--web-config-file", str(web)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "basic_auth_users must map" in done.stderr, done.stderr
