@@ -100,10 +100,15 @@ class DeviceSample:
     """Everything read from one device in one sampling cycle.
 
     `up` is False when the device is lost or failing; its readings are then
-    empty. `errors` maps a vendor function to the error it returned this cycle,
-    for the metrics that are absent because of it. `processes_listed` is False
-    where the vendor library cannot list the processes using a device (HLML):
-    an empty `processes` then says nothing about who uses it.
+    only its counters at their last values and the events counted for it
+    (gauges are not true any more), `taken_at` stays when those values were
+    read, and its links keep only their counters. `stale` is True when the
+    vendor library has not answered for the device in time (a hung call, a
+    discovery not finished). `errors` maps a vendor function to the error it
+    returned this cycle, for the metrics that are absent because of it.
+    `processes_listed` is False where the vendor library cannot list the
+    processes using a device (HLML): an empty `processes` then says nothing
+    about who uses it.
     """
 
     device: Device
@@ -115,11 +120,15 @@ class DeviceSample:
     links: tuple[Link, ...] = ()
     errors: Mapping[str, str] = field(default_factory=dict)
     processes_listed: bool = True
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class BackendStatus:
-    """Whether a vendor backend is working, and why not."""
+    """Whether a vendor backend is working, and why not.
+
+    `absent`: not up because neither its library nor its devices are on this host.
+    """
 
     name: str
     vendor: str
@@ -127,6 +136,7 @@ class BackendStatus:
     device_count: int = 0
     message: str = ""
     facts: Mapping[str, str] = field(default_factory=dict)
+    absent: bool = False
 
 
 @dataclass(frozen=True, slots=True)

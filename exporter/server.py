@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from .model import stale_after_s
+from .health import health
 from .serving import errors_as_json, json_error
 from .sinks.json import snapshot_document
 from .sinks.prometheus import PrometheusRenderer, wants_openmetrics
@@ -18,7 +18,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 ENDPOINTS = {
     "/metrics": "Prometheus text (OpenMetrics when the Accept header asks for it)",
-    "/healthz": "liveness of the sampling loop and the state of each backend",
+    "/healthz": "liveness of the sampling loop, each backend, and what is not answering",
     "/api/v1/snapshot": "the latest node snapshot as JSON",
 }
 MAX_REQUEST_BYTES = 16 * 1024
@@ -79,23 +79,7 @@ class AgentHttp:
         return response
 
     async def healthz(self, request: web.Request) -> web.Response:
-        snapshot = self._store.latest
-        if snapshot is None:
-            status, code, age = "starting", 503, None
-        else:
-            age = time.time() - snapshot.taken_at
-            stalled = age > stale_after_s(snapshot.interval_s) + snapshot.interval_s
-            if not self._sampler_alive() or stalled:
-                status, code = "stalled", 503
-            else:
-                status, code = "ok", 200
-        body = {
-            "status": status,
-            "cycle": snapshot.cycle if snapshot else 0,
-            "last_cycle_age_s": age,
-            "backends": {b.name: {"up": b.up, "devices": b.device_count, "message": b.message}
-                         for b in (snapshot.backends if snapshot else ())},
-        }
+        body, code = health(self._store.latest, self._sampler_alive(), time.time())
         return web.json_response(body, status=code)
 
     async def snapshot(self, request: web.Request) -> web.Response:

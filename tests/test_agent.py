@@ -42,7 +42,8 @@ def test_demo_scenario_serves_eight_simulated_h200s():
 
         health = agent.json("/healthz")
         assert health["status"] == "ok"
-        assert health["backends"]["nvidia"] == {"up": True, "devices": 8, "message": ""}
+        assert health["backends"]["nvidia"] == {"up": True, "absent": False, "devices": 8,
+                                               "message": ""}
 
         snapshot = agent.json("/api/v1/snapshot")
         assert snapshot["node"] == {"simulated": "true"}
@@ -74,7 +75,9 @@ def test_hung_nvml_call_does_not_delay_metrics(tmp_path):
         age = by_index(series(body, "ray_accelerator_device_sample_age_seconds"))
         assert age["2"] > age["0"]
         assert set(by_index(series(body, "hw_power_watts"))) == {"0", "1"}
-        assert agent.json("/healthz")["status"] == "ok"
+        health = agent.json("/healthz")  # serving goes on; the hung device is named
+        assert health["status"] == "degraded"
+        assert [(p["index"], p["state"]) for p in health["not_answering"]] == [("2", "stale")]
 
 
 def test_lost_gpu_is_down_while_others_report(tmp_path):

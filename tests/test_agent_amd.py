@@ -57,7 +57,8 @@ def test_mi300x_node_serves_eight_amd_gpus_under_the_same_names():
         assert device["values"]["hw.gpu.memory.limit"][0]["value"] == 196592 * 2**20
         health = agent.json("/healthz")
         assert health["status"] == "ok"
-        assert health["backends"]["amd"] == {"up": True, "devices": 8, "message": ""}
+        assert health["backends"]["amd"] == {"up": True, "absent": False, "devices": 8,
+                                            "message": ""}
 
 
 def test_mixed_node_shows_both_vendors():

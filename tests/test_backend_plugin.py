@@ -106,8 +106,11 @@ def test_a_real_agent_exports_the_plugin_next_to_the_built_in_backends(site):
         assert device_up[("example", "0")] == 1.0 and device_up[("example", "1")] == 0.0
         assert len(series(body, "hw_power_watts")) == 4 + 1  # four L4s and example 0
         health = agent.json("/healthz")
-        assert health["status"] == "ok"
+        # sampling runs, but a lost device and a plug-in that cannot load do not answer
+        assert health["status"] == "degraded"
         assert "could not be loaded" in health["backends"]["broken"]["message"]
+        assert {(p.get("backend"), p.get("uuid")) for p in health["not_answering"]} == {
+            ("broken", None), (None, "example-index-1")}
         snapshot = agent.json("/api/v1/snapshot")
         example = [d for d in snapshot["devices"] if d["vendor"] == "example"]
         assert example[1]["uuid"] == "example-index-1" and not example[1]["up"]

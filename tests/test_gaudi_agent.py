@@ -37,4 +37,4 @@ def test_gaudi2_node_serves_eight_gaudis_under_the_shared_names():
         assert device["vendor"] == "intel" and device["facts"]["module_id"] == "2"
         assert device["values"]["hw.gpu.memory.limit"][0]["value"] == 96 * 2**30
         assert agent.json("/healthz")["backends"]["gaudi"] == {
-            "up": True, "devices": 8, "message": ""}
+            "up": True, "absent": False, "devices": 8, "message": ""}

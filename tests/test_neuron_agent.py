@@ -45,4 +45,5 @@ def test_trn1_node_serves_chips_and_neuroncores_under_the_shared_names():
             d["uuid"] for d in snapshot["devices"] if d["index"] == "12")
         assert [p["pid"] for p in core["processes"]] == [41003]
         health = agent.json("/healthz")
-        assert health["backends"]["neuron"] == {"up": True, "devices": 48, "message": ""}
+        assert health["backends"]["neuron"] == {"up": True, "absent": False, "devices": 48,
+                                                  "message": ""}

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.base import Backend, BackendUnavailable
-from ray_accel.exporter.model import Device, DeviceSample, Reading
+from ray_accel.exporter.model import Device, DeviceSample, Link, Reading
 from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.store import SnapshotStore
 
@@ -44,7 +45,8 @@ class ScriptedBackend(Backend):
             self.errors.count("gpu_is_lost", "read")
             return DeviceSample(device, up=False, taken_at=time.time())
         return DeviceSample(device, up=True, taken_at=time.time(),
-                            readings=(Reading(m.POWER, 100.0 + int(device.index)),))
+                            readings=(Reading(m.POWER, 100.0 + int(device.index)),
+                                      Reading(m.ENERGY, 1000.0 + self.reads[device.uuid])))
 
 
 def _run(sampler: Sampler, cycles: int):
@@ -53,6 +55,10 @@ def _run(sampler: Sampler, cycles: int):
 
 def _by_uuid(snapshot):
     return {s.device.uuid: s for s in snapshot.devices}
+
+
+def values(sample: DeviceSample) -> dict[str, float]:
+    return {r.metric: r.value for r in sample.readings}
 
 
 def test_first_cycle_opens_and_second_samples_every_device():
@@ -85,21 +91,33 @@ def test_an_open_slower_than_the_interval_is_taken_once_it_finishes():
     assert len(opens) == 1
 
 
+def _run_until(sampler: Sampler, done, timeout: float = 10.0):
+    """Cycles one interval apart until `done(snapshot)`; the last snapshot."""
+    deadline = time.monotonic() + timeout
+    while True:
+        snapshot = sampler.run_cycle()
+        if done(snapshot) or time.monotonic() > deadline:
+            return snapshot
+        time.sleep(sampler.interval_s)
+
+
 def test_hung_device_is_stale_while_others_keep_reporting():
     backend = ScriptedBackend()
     release = threading.Event()
     sampler = Sampler([backend], SnapshotStore(), interval_s=0.1)
-    sampler.run_cycle()
+    sampler.run_cycle()  # opens and reads every device once
     backend.hang["dev-1"] = release
     try:
-        snapshot = _run(sampler, 30)
+        snapshot = _run_until(sampler, lambda s: _by_uuid(s)["dev-1"].stale)
         devices = _by_uuid(snapshot)
         assert devices["dev-0"].up and devices["dev-2"].up
-        assert not devices["dev-1"].up and not devices["dev-1"].readings
+        assert not devices["dev-1"].up and devices["dev-1"].stale
         assert "stale" in devices["dev-1"].errors["sample"]
+        # its gauges are gone, its counter stays at the last value read
+        assert values(devices["dev-1"]) == {m.ENERGY: 1001.0}
         # the hung read was started once and never again while in flight
-        assert backend.reads["dev-1"] == 1
-        assert backend.reads["dev-0"] == 30
+        assert backend.reads["dev-1"] == 2
+        assert backend.reads["dev-0"] == snapshot.cycle
         assert snapshot.error_counts[("agent", "stale", "scripted.sample")] == 1
     finally:
         release.set()
@@ -155,7 +173,8 @@ def test_a_crashing_backend_costs_only_its_own_devices():
     devices = _by_uuid(snapshot)
     assert devices["dev-0"].up
     assert not devices["bad-0"].up
-    assert snapshot.error_counts[("agent", "internal", "crashing.sample")] == 2
+    # every cycle read it, the first one too (right after opening)
+    assert snapshot.error_counts[("agent", "internal", "crashing.sample")] == 3
 
 
 def test_background_loop_publishes_cycles_and_stops():
@@ -184,3 +203,61 @@ def test_the_heap_is_trimmed_at_most_once_a_minute():
         now[0] = seconds
         trimmer.maybe_trim()
         assert trimmer.trims == trims, seconds
+
+
+# -- a device that does not answer keeps its counters (docs/reliability.md) ---------
+
+
+class EventBackend(ScriptedBackend):
+    """Also counts events (like NVIDIA's XIDs) readable while a device does not answer."""
+
+    def __init__(self) -> None:
+        super().__init__(devices=2)
+        self.events: dict[str, int] = {}
+
+    def event_readings(self, device):
+        count = self.events.get(device.uuid)
+        return () if count is None else (Reading(m.XID_ERRORS, count, (("xid", "79"),)),)
+
+    def sample(self, device):
+        sample = super().sample(device)
+        if not sample.up:
+            return sample
+        link = Link("nvlink", 0, (Reading(m.LINK_IO, 5e9, (("direction", "transmit"),)),
+                                  Reading(m.LINK_UP, 1.0)), counters_at=sample.taken_at)
+        return replace(sample, readings=(*sample.readings, *self.event_readings(device)),
+                       links=(link,))
+
+
+def test_a_lost_device_keeps_its_counters_and_the_events_of_its_loss_not_its_gauges():
+    backend = EventBackend()
+    sampler = Sampler([backend], SnapshotStore(), interval_s=0.05)
+    backend.events["dev-1"] = 3
+    before = _by_uuid(sampler.run_cycle())["dev-1"]
+    assert values(before) == {m.POWER: 101.0, m.ENERGY: 1001.0, m.XID_ERRORS: 3}
+    # 200 more events arrive in the same cycle as the loss: the last sample never saw them
+    backend.events["dev-1"] = 203
+    backend.lost.add("dev-1")
+    lost = _by_uuid(sampler.run_cycle())["dev-1"]
+    assert not lost.up and not lost.stale
+    assert values(lost) == {m.ENERGY: 1001.0, m.XID_ERRORS: 203}  # no power: not true any more
+    assert lost.taken_at == before.taken_at  # the values' time: the sample's age grows
+    (link,) = lost.links
+    assert [r.metric for r in link.readings] == [m.LINK_IO] and not link.rates
+    time.sleep(0.05)
+    later = _by_uuid(sampler.run_cycle())["dev-1"]
+    assert values(later) == values(lost) and later.taken_at == before.taken_at
+    assert _by_uuid(later_snapshot := sampler.run_cycle())["dev-0"].up
+    assert later_snapshot.taken_at - _by_uuid(later_snapshot)["dev-1"].taken_at > 0.05
+
+
+def test_a_device_back_from_the_loss_reads_afresh():
+    backend = EventBackend()
+    sampler = Sampler([backend], SnapshotStore(), interval_s=0.05)
+    sampler.run_cycle()
+    backend.lost.add("dev-0")
+    sampler.run_cycle()
+    backend.lost.discard("dev-0")
+    back = _by_uuid(sampler.run_cycle())["dev-0"]
+    assert back.up and values(back)[m.POWER] == 100.0
+    assert {r.metric for r in back.links[0].readings} == {m.LINK_IO, m.LINK_UP}

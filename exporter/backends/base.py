@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import glob
 import threading
 import time
 from collections import Counter
@@ -18,6 +19,34 @@ T = TypeVar("T")
 
 class BackendUnavailable(RuntimeError):
     """The vendor library or driver cannot be used; the backend is reported down."""
+
+
+class BackendAbsent(BackendUnavailable):
+    """Neither the vendor's library nor its devices are on this host: nothing is wrong.
+
+    The backend is still retried (a driver may be installed later), but an agent
+    whose backends are absent is not degraded.
+    """
+
+
+def unavailable(message: str, device_nodes: Sequence[str]) -> BackendUnavailable:
+    """`BackendAbsent(message)` when no file matches `device_nodes` (glob patterns such as
+    "/dev/nvidia[0-9]*"), else `BackendUnavailable(message)`: a library that cannot be used
+    on a host that has the devices is a fault.
+    """
+    if any(glob.glob(pattern) for pattern in device_nodes):
+        return BackendUnavailable(message)
+    return BackendAbsent(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Undiscovered:
+    """A device the vendor library counts but that `Backend.discover` has still to identify.
+
+    `placeholder` stands for it (by index, model "unknown") until it is identified.
+    """
+
+    placeholder: Device
 
 
 class DeviceDown(Exception):
@@ -128,10 +157,16 @@ class Backend(abc.ABC):
     """A vendor library behind one interface.
 
     `open()` loads the library and discovers devices, raising
-    `BackendUnavailable` when it cannot. `sample()` reads one device and must
+    `BackendUnavailable` when it cannot (`BackendAbsent` when neither the library
+    nor the devices are on the host). `sample()` reads one device and must
     not raise for a failing metric: the metric is left out of the sample and the
     failure counted in `errors`; a lost device comes back with `up=False`.
     Different devices may be sampled from different threads at once.
+
+    A backend whose devices can each hang its library may split opening in two
+    (the sampler then bounds each device's discovery like its sampling):
+    `open_library()` opens the library and lists devices as `Undiscovered`, and
+    `discover()` identifies one of them, on that device's own thread.
     """
 
     name: ClassVar[str]
@@ -148,12 +183,54 @@ class Backend(abc.ABC):
     def sample(self, device: Device) -> DeviceSample:
         """Read every value of one device that the vendor library offers."""
 
+    def open_library(self) -> Sequence[Device | Undiscovered]:
+        """The first step of opening: the library, and the devices it lists.
+
+        By default the whole of `open()`: every device is identified in this one step.
+        """
+        return self.open()
+
+    def discover(self, pending: Undiscovered) -> Sequence[Device]:
+        """Identify one device `open_library()` listed as undiscovered: it, then its partitions.
+
+        Raises when the device cannot be identified (it stays listed as down and is
+        tried again later). Only called by backends whose `open_library` lists some.
+        """
+        raise NotImplementedError(f"{self.name} lists no undiscovered devices")
+
+    def event_readings(self, device: Device) -> tuple[Reading, ...]:
+        """Counts of events the backend received for `device` (NVIDIA: XIDs), without a call.
+
+        Read while the device does not answer, so that events delivered before or
+        as it was lost are still exported; must never call the vendor library.
+        """
+        return ()
+
     def facts(self) -> Mapping[str, str]:
         """Static facts about the vendor stack (driver version, library version)."""
         return {}
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the vendor library."""
+
+
+def open_in_turn(backend: Backend, on_failure: Callable[[Undiscovered, Exception], Device]
+                 ) -> list[Device]:
+    """`open_library()` then `discover()` of each listed device, one after the other.
+
+    For callers that want every device at once (tools, `ray-accel topo`); a device
+    that cannot be identified is listed as `on_failure` returns.
+    """
+    devices: list[Device] = []
+    for item in backend.open_library():
+        if not isinstance(item, Undiscovered):
+            devices.append(item)
+            continue
+        try:
+            devices.extend(backend.discover(item))
+        except Exception as error:  # the device is listed down, with why
+            devices.append(on_failure(item, error))
+    return devices
 
 
 @dataclass

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from ...model import Device, Link, Reading
-from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice
+from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice, unavailable
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number
 from .interconnect import bus_key, read_xgmi
 from .library import load_amdsmi
@@ -28,6 +28,7 @@ from .topology import Placed, peers_of, placement_facts
 from .xcp import METRICS_TABLE, Residency, xcp_readings
 
 _NA = "N/A"
+_DEVICE_NODES = ("/dev/kfd",)  # the amdgpu compute driver: present on every AMD GPU host
 _INHERITED = ("numa_node", "nearest_nics")  # facts a partition shares with its GPU
 
 
@@ -71,12 +72,15 @@ class AmdBackend(HandleBackend[_Tracked]):
         self._uuid_by_bus: dict[str, str] = {}
 
     def open(self) -> Sequence[Device]:
-        library = load_amdsmi()
+        try:
+            library = load_amdsmi()
+        except BackendUnavailable as error:  # absent, unless the host has AMD GPUs
+            raise unavailable(str(error), _DEVICE_NODES) from None
         try:
             library.amdsmi_init(library.AmdSmiInitFlags.INIT_AMD_GPUS)
         except library.AmdSmiException as error:
-            raise BackendUnavailable(
-                f"amdsmi could not be initialised: {_describe(error)}") from None
+            raise unavailable(f"amdsmi could not be initialised: {_describe(error)}",
+                              _DEVICE_NODES) from None
         self._library = library
         try:
             handles = list(library.amdsmi_get_processor_handles())

@@ -17,13 +17,15 @@ from typing import Any
 
 from ...model import Device, Reading
 from ...nics import nearest_nics
-from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice
+from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice, unavailable
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number, text
 from .library import load_pyhlml, start_hlml
 from .nic import PortReader, ports_of
 from .probes import PROBES
 
 UNKNOWN_MODEL = "unknown"
+# The habanalabs driver's device files (/dev/accel/accel<N> on recent kernels, /dev/hl<N> before).
+_DEVICE_NODES = ("/dev/accel/accel[0-9]*", "/dev/hl[0-9]*")
 
 
 @dataclass
@@ -49,8 +51,11 @@ class GaudiBackend(HandleBackend[_Tracked]):
         self._library: ModuleType | None = None
 
     def open(self) -> Sequence[Device]:
-        library = load_pyhlml()
-        start_hlml(library)
+        try:
+            library = load_pyhlml()
+            start_hlml(library)
+        except BackendUnavailable as error:  # absent, unless the host has Gaudi cards
+            raise unavailable(str(error), _DEVICE_NODES) from None
         self._library = library
         try:
             count = library.hlmlDeviceGetCount()

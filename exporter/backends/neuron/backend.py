@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...model import Device, DeviceSample
-from ..base import Backend, BackendUnavailable
+from ..base import Backend, BackendUnavailable, unavailable
 from .locate import find_monitor
 from .monitor import FUNCTION, Monitor
 from .probes import chip_processes, chip_readings, core_processes, core_readings
@@ -72,7 +72,10 @@ class NeuronBackend(Backend):
         return self._monitor
 
     def open(self) -> Sequence[Device]:
-        executable = find_monitor()
+        try:
+            executable = find_monitor()
+        except BackendUnavailable as error:  # absent, unless the host has Neuron devices
+            raise unavailable(str(error), ("/dev/neuron[0-9]*",)) from None
         self.close()
         monitor = Monitor(executable, self.period_s, self.errors, backoff_s=self._backoff_s,
                           silent_restart_s=max(3 * self.stale_after_s, 15.0))

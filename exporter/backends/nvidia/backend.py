@@ -17,11 +17,20 @@ import pynvml
 from ... import catalog as m
 from ...model import Device, Link, Reading, labels_of
 from ...nics import nearest_nics
-from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice
-from .calls import BACKEND_NAME, DeviceCalls, DeviceDown
+from ..base import (
+    BackendUnavailable,
+    DeviceReads,
+    HandleBackend,
+    HandleDevice,
+    Undiscovered,
+    open_in_turn,
+    unavailable,
+)
+from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind
 from .interconnect import LinkLayout, discover_nvlinks, pcie_max_readings, read_links
+from .joining import NodeTopology
 from .probes import DEVICE_PROBES, DeviceState, processes
-from .topology import peer_uuid_by_link, peers_of, placement_facts
+from .topology import placement_facts
 from .xid import XidWatcher
 
 _ARCHITECTURES = {
@@ -29,6 +38,10 @@ _ARCHITECTURES = {
     for name in dir(pynvml)
     if name.startswith("NVML_DEVICE_ARCH_") and name != "NVML_DEVICE_ARCH_UNKNOWN"
 }
+# NVML or its kernel driver missing: with no /dev/nvidia<N> either, there are no GPUs here.
+_ABSENT = frozenset({pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED})
+_DEVICE_NODES = ("/dev/nvidia[0-9]*",)
+_INHERITED = ("numa_node", "cpu_affinity", "nvlink_domain", "nearest_nics")
 
 
 def _text(value: str | bytes) -> str:
@@ -45,7 +58,12 @@ class _Tracked(HandleDevice):
 
 
 class NvidiaBackend(HandleBackend[_Tracked]):
-    """Reads NVIDIA GPUs and MIG instances through NVML."""
+    """Reads NVIDIA GPUs and MIG instances through NVML.
+
+    Opening is split (see `Backend`): `open_library` initialises NVML and
+    counts the GPUs; `discover` identifies one GPU (and its MIG instances) and
+    joins it to the node's topology, so a GPU that hangs delays only itself.
+    """
 
     name = BACKEND_NAME
     vendor = "nvidia"
@@ -56,24 +74,58 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         self._clock = clock
         self._xid: XidWatcher | None = None
         self._initialised = False
+        self._topology = NodeTopology()
 
     def open(self) -> Sequence[Device]:
+        """NVML and every GPU, identified in turn (for tools; the sampler bounds each step)."""
+        open_in_turn(self, self._listed_down)
+        return [t.device for t in self._tracked.values()]  # with every pair joined
+
+    def open_library(self) -> Sequence[Undiscovered]:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as error:
-            raise BackendUnavailable(f"NVML could not be initialised: {error}") from None
+            message = f"NVML could not be initialised: {error}"
+            if error.value in _ABSENT:
+                raise unavailable(message, _DEVICE_NODES) from None
+            raise BackendUnavailable(message) from None
         self._initialised = True
         self._facts = self._read_facts()
         self._tracked = {}
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            self._discover(index)
-        self._read_topology()
-        physical = {
-            uuid: t.handle for uuid, t in self._tracked.items() if not t.device.parent_uuid
-        }
-        self._xid = XidWatcher(physical)
-        self._xid.start()
-        return [t.device for t in self._tracked.values()]
+        self._topology = NodeTopology()
+        self._xid = XidWatcher()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as error:
+            self.close()
+            raise BackendUnavailable(f"NVML cannot count the GPUs: {error}") from None
+        return [Undiscovered(Device(self.vendor, str(index), f"nvidia-index-{index}", "unknown"))
+                for index in range(count)]
+
+    def discover(self, pending: Undiscovered) -> Sequence[Device]:
+        index = pending.placeholder.index
+        calls = DeviceCalls(self.errors, clock=self._clock)
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(index))
+        except pynvml.NVMLError as error:
+            raise DeviceDown("nvmlDeviceGetHandleByIndex", error_kind(error)) from None
+        tracked = _Tracked(self._identify(calls, handle, index), handle, calls)
+        migs = []
+        for mig_handle in self._mig_handles(calls, handle):
+            mig_calls = DeviceCalls(self.errors, clock=self._clock)
+            try:
+                mig = self._identify(mig_calls, mig_handle, index, parent=tracked.device)
+            except DeviceDown:
+                continue
+            migs.append(_Tracked(mig, mig_handle, mig_calls))
+        self._place(tracked, migs)
+        if self._xid is not None:
+            self._xid.watch(tracked.device.uuid, handle)
+        self._topology.join(tracked, migs, self._tracked)
+        return [t.device for t in (tracked, *migs)]
+
+    def event_readings(self, device: Device) -> tuple[Reading, ...]:
+        return tuple(self._xid_readings(device.uuid))
 
     def close(self) -> None:
         if self._xid is not None:
@@ -116,52 +168,25 @@ class NvidiaBackend(HandleBackend[_Tracked]):
                 continue
         return facts
 
-    def _read_topology(self) -> None:
-        """Links, device pairs, NUMA and fabric of the physical GPUs; MIG devices inherit."""
-        physical = [t for t in self._tracked.values()
-                    if t.handle is not None and not t.device.parent_uuid]
-        nvlinks = [discover_nvlinks(t.handle) for t in physical]
-        facts = [{**t.device.facts, **placement_facts(t.handle),
-                  "nearest_nics": ",".join(nearest_nics(t.device.pci_bus_id))} for t in physical]
-        buses = [t.device.pci_bus_id for t in physical]
-        uuid_by_bus = {bus.lower(): t.device.uuid for bus, t in zip(buses, physical, strict=True)}
-        args = ([t.handle for t in physical], buses, nvlinks, [t.device.index for t in physical],
-                [t.device.uuid for t in physical], [f.get("nvlink_domain", "") for f in facts])
-        for position, tracked in enumerate(physical):
-            tracked.device = replace(tracked.device, facts=facts[position],
-                                     peers=peers_of(position, *args))
-            tracked.links = LinkLayout(nvlinks[position],
-                                       peer_uuid_by_link(nvlinks[position], uuid_by_bus),
-                                       pcie_max_readings(tracked.handle))
-        inherited = ("numa_node", "cpu_affinity", "nvlink_domain", "nearest_nics")
-        for tracked in self._tracked.values():
-            if tracked.device.parent_uuid in self._tracked:
-                parent = self._tracked[tracked.device.parent_uuid].device
-                extra = {k: parent.facts[k] for k in inherited if k in parent.facts}
-                tracked.device = replace(tracked.device, facts={**tracked.device.facts, **extra})
+    @staticmethod
+    def _place(tracked: _Tracked, migs: Sequence[_Tracked]) -> None:
+        """A GPU's own placement (NUMA, CPUs, NVLink domain, NICs) and links; MIGs inherit."""
+        handle = tracked.handle
+        facts = {**tracked.device.facts, **placement_facts(handle),
+                 "nearest_nics": ",".join(nearest_nics(tracked.device.pci_bus_id))}
+        tracked.device = replace(tracked.device, facts=facts)
+        tracked.links = LinkLayout(discover_nvlinks(handle), {}, pcie_max_readings(handle))
+        inherited = {k: facts[k] for k in _INHERITED if k in facts}
+        for mig in migs:
+            mig.device = replace(mig.device, facts={**mig.device.facts, **inherited})
 
-    def _discover(self, index: int) -> None:
+    def _listed_down(self, pending: Undiscovered, error: Exception) -> Device:
+        """A GPU that cannot even be identified is still listed, as down, with why."""
+        placeholder = pending.placeholder
         calls = DeviceCalls(self.errors, clock=self._clock)
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            device = self._identify(calls, handle, str(index))
-            mig_handles = self._mig_handles(calls, handle)
-        except (pynvml.NVMLError, DeviceDown) as error:
-            # A device that cannot even be identified is still listed, as down.
-            uuid = f"nvidia-index-{index}"
-            self._tracked[uuid] = _Tracked(
-                Device(self.vendor, str(index), uuid, "unknown"), None, calls
-            )
-            calls.cycle_errors["discovery"] = str(error)
-            return
-        self._tracked[device.uuid] = _Tracked(device, handle, calls)
-        for mig_handle in mig_handles:
-            mig_calls = DeviceCalls(self.errors, clock=self._clock)
-            try:
-                mig = self._identify(mig_calls, mig_handle, str(index), parent=device)
-            except DeviceDown:
-                continue
-            self._tracked[mig.uuid] = _Tracked(mig, mig_handle, mig_calls)
+        calls.cycle_errors["discovery"] = str(error)
+        self._tracked[placeholder.uuid] = _Tracked(placeholder, None, calls)
+        return placeholder
 
     def _identify(
         self, calls: DeviceCalls, handle: Any, index: str, parent: Device | None = None

@@ -7,7 +7,6 @@ import ctypes
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any
 
 import pynvml
@@ -26,40 +25,56 @@ def handle_key(handle: Any) -> int | None:
 class XidWatcher:
     """Counts XID events per device and code until stopped.
 
-    Devices that cannot deliver XID events (NotSupported) are skipped; the
-    others are watched. Counts start at zero when the watcher starts.
+    Devices are added one at a time as they are discovered (`watch`); those
+    that cannot deliver XID events (NotSupported) are skipped. The event set
+    and the thread waiting on it start with the first device watched. Counts
+    start at zero when a device is first watched.
     """
 
-    def __init__(self, handles_by_uuid: Mapping[str, Any]) -> None:
-        self._uuid_by_handle = {handle_key(h): uuid for uuid, h in handles_by_uuid.items()}
-        self._handles = dict(handles_by_uuid)
+    def __init__(self) -> None:
+        self._uuid_by_handle: dict[int | None, str] = {}
         self._counts: dict[str, Counter[int]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._event_set: Any = None
+        self._unavailable = False
         self.watched: set[str] = set()
 
-    def start(self) -> None:
-        """Register every device that supports XID events and start waiting for them."""
+    def watch(self, uuid: str, handle: Any) -> bool:
+        """Register one device for XID events; False when it cannot deliver them.
+
+        Called from the device's own discovery thread: the registration may hang
+        with the device, and holds no lock meanwhile.
+        """
+        event_set = self._ensure_event_set()
+        if event_set is None:
+            return False
+        with self._lock:
+            self._uuid_by_handle[handle_key(handle)] = uuid
         try:
-            self._event_set = pynvml.nvmlEventSetCreate()
+            pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError,
+                                            event_set)
         except pynvml.NVMLError as error:
-            log.warning("XID events unavailable: %s", error)
-            return
-        for uuid, handle in self._handles.items():
-            try:
-                pynvml.nvmlDeviceRegisterEvents(
-                    handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set
-                )
-                self.watched.add(uuid)
-            except pynvml.NVMLError as error:
-                log.info("XID events not available for %s: %s", uuid, error)
-        if not self.watched:
-            self._free()
-            return
-        self._thread = threading.Thread(target=self._run, name="ray-accel-xid", daemon=True)
-        self._thread.start()
+            log.info("XID events not available for %s: %s", uuid, error)
+            return False
+        with self._lock:
+            self.watched.add(uuid)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="ray-accel-xid",
+                                                daemon=True)
+                self._thread.start()
+        return True
+
+    def _ensure_event_set(self) -> Any:
+        with self._lock:
+            if self._event_set is None and not self._unavailable and not self._stop.is_set():
+                try:
+                    self._event_set = pynvml.nvmlEventSetCreate()
+                except pynvml.NVMLError as error:
+                    log.warning("XID events unavailable: %s", error)
+                    self._unavailable = True
+            return self._event_set
 
     def counts(self, uuid: str) -> dict[int, int]:
         """XID code -> events seen on the device since the watcher started."""
@@ -88,11 +103,11 @@ class XidWatcher:
                 self._record(data)
 
     def _record(self, data: Any) -> None:
-        uuid = self._uuid_by_handle.get(handle_key(data.device))
-        if uuid is None:
-            return
         code = int(data.eventData)
         with self._lock:
+            uuid = self._uuid_by_handle.get(handle_key(data.device))
+            if uuid is None:
+                return
             counts = self._counts.setdefault(uuid, Counter())
             counts[code] += 1
             seen = counts[code]

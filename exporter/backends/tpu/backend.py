@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...model import Device, DeviceSample, ProcessSample
-from ..base import Backend, BackendUnavailable
+from ..base import Backend, BackendAbsent
 from . import probes
 from .chips import Chip, dev_dir, find_chips, model_from_type
 from .device_plugin import PluginUnavailable, fetch, parse, plugin_address
@@ -71,7 +71,7 @@ class TpuBackend(Backend):
         found = find_chips()
         if not found:
             dev = dev_dir()
-            raise BackendUnavailable(
+            raise BackendAbsent(
                 f"no TPU chips found ({dev}/accel* or a Google PCI device behind {dev}/vfio/*)")
         placement = slice_facts()
         host = (f"{placement['tpu_slice_name']}/{placement.get('tpu_worker_id', '0')}"

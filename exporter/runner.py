@@ -1,0 +1,330 @@
+"""One backend inside the sampler: opening it, discovering and reading each device on its own.
+
+Every device is read on its own worker thread, at most one call in flight per
+device, so a vendor call that hangs holds up only that device: the cycle ends
+at its deadline and the device is reported stale. Opening runs the same way:
+the library's open is one bounded step (retried on its own schedule), and a
+backend that splits opening (`Backend.open_library`) has each device
+identified on that device's worker, so a device that hangs from its first
+call is listed as stale ("discovery: not answering") while the others report,
+and joins when it answers. A device that is down or stale keeps its counters
+(exporter/carry.py).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backends.base import (
+    Backend,
+    BackendAbsent,
+    BackendUnavailable,
+    DeviceDown,
+    ErrorTally,
+    Undiscovered,
+)
+from .carry import carried
+from .model import BackendStatus, Device, DeviceSample
+from .rates import with_link_rates
+from .validation import ReadingValidator
+
+log = logging.getLogger(__name__)
+
+STALE = "stale: the vendor library has not answered"
+NOT_ANSWERING = "not answering"
+DISCOVERY = "discovery"
+
+
+class Worker:
+    """Runs one call at a time on its own daemon thread; busy while a call is in flight.
+
+    The thread is a daemon so that a vendor call hung forever never keeps the
+    agent from exiting.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._future: futures.Future | None = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> futures.Future | None:
+        """Start `fn(*args)` unless a previous call's result is still to be taken (then None).
+
+        A call that finished after its cycle stopped waiting is taken by the next
+        `take_result`, not lost to a new call: an opened backend must not be
+        opened again.
+        """
+        if self._future is not None:
+            return None
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._future = futures.Future()
+        self._queue.put((self._future, fn, args))
+        return self._future
+
+    def take_result(self) -> futures.Future | None:
+        """The finished future not yet taken, if any."""
+        future = self._future
+        if future is None or not future.done():
+            return None
+        self._future = None
+        return future
+
+    def shutdown(self) -> None:
+        """Let the thread end after its current call."""
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:  # handed to whoever reads the future
+                future.set_exception(error)
+
+
+@dataclass
+class _Discovery:
+    """A listed device still to be identified; `reason` says why it is not yet."""
+
+    pending: Undiscovered
+    reason: str = NOT_ANSWERING
+    failed: bool = False  # the last try raised (down); else it is in flight or to start (stale)
+    retry_at: float = 0.0
+
+
+def _describe(error: BaseException) -> str:
+    return str(error) if isinstance(error, (BackendUnavailable, DeviceDown)) else repr(error)
+
+
+@dataclass
+class BackendRunner:
+    """A backend's lifecycle inside the sampler: opening, retrying, its device workers."""
+
+    backend: Backend
+    retry_s: float
+    up: bool = False
+    absent: bool = False
+    message: str = "not opened yet"
+    devices: list[Device] = field(default_factory=list)  # in the backend's order
+    last: dict[str, DeviceSample] = field(default_factory=dict)
+    workers: dict[str, Worker] = field(default_factory=dict)
+    undiscovered: dict[str, _Discovery] = field(default_factory=dict)  # by placeholder uuid
+    answered_at: dict[str, float] = field(default_factory=dict)  # taken_at of the last answer
+    stale: set[str] = field(default_factory=set)
+    opener: Worker | None = None
+    next_open_at: float = 0.0
+    readings: ReadingValidator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.opener = Worker(f"ray-accel-open-{self.backend.name}")
+        self.readings = ReadingValidator(self.backend.errors, self.backend.name)
+
+    # -- one cycle ---------------------------------------------------------------
+
+    def start_cycle(self, now: float) -> list[futures.Future]:
+        """Begin this cycle's work; return the futures the cycle should wait for."""
+        if not self.up:
+            return self._start_open(now)
+        return self._start_devices(now)
+
+    def after_open(self, now: float) -> list[futures.Future]:
+        """If the backend opened since the cycle began, start its devices in this same cycle."""
+        if self.up:
+            return []
+        self._finish_open(now)
+        return self._start_devices(now) if self.up else []
+
+    def finish_cycle(self, now: float, stale_after: float, tally: ErrorTally) -> None:
+        """Take whatever finished, and mark devices whose reads are late as stale."""
+        if not self.up:
+            self._finish_open(now)
+            return
+        for device in list(self.devices):
+            future = self.workers[device.uuid].take_result()
+            if future is None:
+                continue
+            if device.uuid in self.undiscovered:
+                self._take_discovery(device, future, now, tally)
+            else:
+                self._take_sample(self._sample_result(device, future, tally))
+        for device in self.devices:
+            discovery = self.undiscovered.get(device.uuid)
+            if discovery is not None:
+                self._mark_undiscovered(device, discovery, now, tally)
+                continue
+            answered = self.answered_at.get(device.uuid)
+            if answered is None or now - answered > stale_after:
+                self._mark_stale(device, now, tally)
+
+    def status(self) -> BackendStatus:
+        return BackendStatus(
+            name=self.backend.name, vendor=self.backend.vendor, up=self.up,
+            device_count=len(self.devices), message=self.message,
+            facts=dict(self.backend.facts()) if self.up else {}, absent=self.absent,
+        )
+
+    def samples(self) -> list[DeviceSample]:
+        return [self.last[d.uuid] for d in self.devices if d.uuid in self.last]
+
+    def shutdown(self) -> None:
+        for worker in self.workers.values():
+            worker.shutdown()
+        self.opener.shutdown()
+
+    # -- opening -----------------------------------------------------------------
+
+    def _start_open(self, now: float) -> list[futures.Future]:
+        if now < self.next_open_at:
+            return []
+        future = self.opener.submit(self.backend.open_library)
+        return [future] if future is not None else []
+
+    def _finish_open(self, now: float) -> None:
+        future = self.opener.take_result()
+        if future is None:
+            return
+        error = future.exception()
+        if error is None:
+            self._list(future.result())
+            self.up, self.absent, self.message = True, False, ""
+            log.info("backend %s up with %d device(s)%s", self.backend.name, len(self.devices),
+                     f", {len(self.undiscovered)} to identify" if self.undiscovered else "")
+            return
+        message = _describe(error)
+        # Said once per reason: a host without a vendor's devices retries for ever.
+        level = logging.DEBUG if message == self.message else logging.WARNING
+        self.message, self.absent = message, isinstance(error, BackendAbsent)
+        self.next_open_at = now + self.retry_s
+        log.log(level, "backend %s down: %s (retrying every %.0f s)",
+                self.backend.name, message, self.retry_s)
+
+    def _list(self, items: list[Device | Undiscovered]) -> None:
+        for item in items:
+            device = item.placeholder if isinstance(item, Undiscovered) else item
+            if isinstance(item, Undiscovered):
+                self.undiscovered[device.uuid] = _Discovery(item)
+            self.devices.append(device)
+            self.workers[device.uuid] = self._worker(device)
+
+    def _worker(self, device: Device) -> Worker:
+        return Worker(f"ray-accel-{self.backend.name}-{device.index}")
+
+    # -- devices -----------------------------------------------------------------
+
+    def _start_devices(self, now: float) -> list[futures.Future]:
+        pending = []
+        for device in self.devices:
+            discovery = self.undiscovered.get(device.uuid)
+            worker = self.workers[device.uuid]
+            if discovery is None:
+                future = worker.submit(self.backend.sample, device)
+            elif now >= discovery.retry_at:
+                future = worker.submit(self._discover_and_sample, discovery.pending)
+                if future is not None:
+                    discovery.reason, discovery.failed = NOT_ANSWERING, False
+            else:
+                continue
+            if future is not None:
+                pending.append(future)
+        return pending
+
+    def _discover_and_sample(self, pending: Undiscovered
+                             ) -> list[tuple[Device, DeviceSample | BaseException]]:
+        """On the device's worker: identify it, then read each device found once."""
+        found: list[tuple[Device, DeviceSample | BaseException]] = []
+        for device in self.backend.discover(pending):
+            try:
+                found.append((device, self.backend.sample(device)))
+            except Exception as error:  # turned into a down sample by _take_discovery
+                found.append((device, error))
+        return found
+
+    def _take_discovery(self, placeholder: Device, future: futures.Future, now: float,
+                        tally: ErrorTally) -> None:
+        discovery = self.undiscovered[placeholder.uuid]
+        error = future.exception()
+        if error is not None:
+            reason = _describe(error)
+            level = logging.DEBUG if reason == discovery.reason else logging.WARNING
+            discovery.reason, discovery.failed = reason, True
+            discovery.retry_at = now + self.retry_s
+            self.stale.discard(placeholder.uuid)
+            if not isinstance(error, (BackendUnavailable, DeviceDown)):  # not the vendor's
+                tally.count("internal", f"{self.backend.name}.discover")
+                level = logging.ERROR
+            log.log(level, "%s device %s could not be identified: %s (retrying every %.0f s)",
+                    self.backend.name, placeholder.index, reason, self.retry_s)
+            return
+        found = future.result()
+        position = self.devices.index(placeholder)
+        self.devices[position:position + 1] = [device for device, _ in found]
+        worker = self.workers.pop(placeholder.uuid)
+        del self.undiscovered[placeholder.uuid]
+        self.last.pop(placeholder.uuid, None)
+        self.stale.discard(placeholder.uuid)
+        for number, (device, sample) in enumerate(found):
+            self.workers[device.uuid] = worker if number == 0 else self._worker(device)
+            if isinstance(sample, BaseException):
+                sample = self._failed_sample(device, sample, tally)
+            self._take_sample(sample)
+        log.info("%s device %s identified: %s", self.backend.name, placeholder.index,
+                 ", ".join(device.uuid for device, _ in found) or "nothing")
+
+    def _take_sample(self, sample: DeviceSample) -> None:
+        uuid = sample.device.uuid
+        checked = self.readings.check(sample)  # impossible values dropped first
+        previous = self.last.get(uuid)
+        self.answered_at[uuid] = sample.taken_at
+        self.stale.discard(uuid)
+        if checked.up:
+            self.last[uuid] = with_link_rates(previous, checked)
+        else:
+            self.last[uuid] = carried(previous, checked,
+                                      self.backend.event_readings(checked.device))
+
+    def _mark_stale(self, device: Device, now: float, tally: ErrorTally) -> None:
+        if device.uuid not in self.stale:
+            self.stale.add(device.uuid)
+            tally.count("stale", f"{self.backend.name}.sample")
+        previous = self.last.get(device.uuid)
+        known = previous.device if previous is not None else device
+        self.last[device.uuid] = carried(
+            previous, DeviceSample(device=known, up=False, taken_at=now,
+                                   errors={"sample": STALE}, stale=True),
+            self.backend.event_readings(known))
+
+    def _mark_undiscovered(self, placeholder: Device, discovery: _Discovery, now: float,
+                           tally: ErrorTally) -> None:
+        if not discovery.failed and placeholder.uuid not in self.stale:
+            self.stale.add(placeholder.uuid)
+            tally.count("stale", f"{self.backend.name}.discover")
+        self.last[placeholder.uuid] = carried(
+            self.last.get(placeholder.uuid),
+            DeviceSample(device=placeholder, up=False, taken_at=now,
+                         errors={DISCOVERY: discovery.reason}, stale=not discovery.failed))
+
+    def _sample_result(self, device: Device, future: futures.Future,
+                       tally: ErrorTally) -> DeviceSample:
+        error = future.exception()
+        if error is None:
+            return future.result()
+        return self._failed_sample(device, error, tally)
+
+    def _failed_sample(self, device: Device, error: BaseException,
+                       tally: ErrorTally) -> DeviceSample:
+        log.error("sampling %s failed", device.uuid, exc_info=error)
+        tally.count("internal", f"{self.backend.name}.sample")
+        return DeviceSample(device=device, up=False, taken_at=time.time(),
+                            errors={"sample": repr(error)})
