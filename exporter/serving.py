@@ -154,6 +154,7 @@ class _GuardedHandler(RequestHandler):
         self._limits = manager.limits
         self._notice = manager.notice
         self._header_timer: asyncio.TimerHandle | None = None
+        self._silent_timer: asyncio.TimerHandle | None = None
         self.completed_a_request = False
         self.peer = "?"
 
@@ -164,15 +165,24 @@ class _GuardedHandler(RequestHandler):
         manager = self._manager
         if isinstance(manager, _CountedServer) and not manager.admit(self):
             self._refuse(503, "too many connections; try again later")
+        elif self._keepalive_handle is None:
+            # aiohttp before 3.14 starts its idle timer only after a first request.
+            self._silent_timer = self._loop.call_later(self._limits.keepalive_timeout_s,
+                                                       self._silent_timed_out)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._cancel_header_timer()
+        if self._silent_timer is not None:
+            self._silent_timer.cancel()
         manager = self._manager
         if isinstance(manager, _CountedServer):
             manager.release(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if data and self._silent_timer is not None:
+            self._silent_timer.cancel()
+            self._silent_timer = None
         super().data_received(data)
         if self._messages:
             self.completed_a_request = True
@@ -195,6 +205,12 @@ class _GuardedHandler(RequestHandler):
                          f"within {self._limits.header_timeout_s:g} s")
             self._refuse(408, f"request head not received within "
                               f"{self._limits.header_timeout_s:g} s")
+
+    def _silent_timed_out(self) -> None:
+        self._silent_timer = None
+        self._notice(f"closed a connection from {self.peer}: nothing received within "
+                     f"{self._limits.keepalive_timeout_s:g} s")
+        self.force_close()
 
     def _refuse(self, status: int, message: str) -> None:
         """Writes a JSON error response straight to the socket and closes the connection."""

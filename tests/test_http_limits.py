@@ -224,3 +224,18 @@ def test_dashboard_refuses_other_methods_as_json():
         assert status == 405, (method, path)
         assert content_type == "application/json", (method, path)
         assert json.loads(body)["status"] == 405
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout():
+    async def go():
+        serving = await serve(_agent_app(), "127.0.0.1", 0, ServingLimits(keepalive_timeout_s=1))
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", serving.port)
+            closed_with = await asyncio.wait_for(reader.read(), 30)  # EOF: the server closed
+            writer.close()
+            return closed_with, serving.open_connections
+        finally:
+            await serving.close()
+
+    closed_with, left = asyncio.run(go())
+    assert closed_with == b"" and left == 0
