@@ -17,12 +17,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from agent_process import AgentProcess
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_server import PrometheusServer, wait_until
-from tls_files import make_certificates, write_web_config
+from tls_files import make_certificates, make_client_certificate, write_web_config
 
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import AgentTarget, Collector
@@ -284,3 +285,41 @@ def test_dashboard_with_basic_auth_users_and_tls(tmp_path):
                            "--web-config-file", str(web)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "basic_auth_users must map" in done.stderr, done.stderr
+
+
+def test_client_certificates_are_required_and_verified_also_after_a_reload(tmp_path):
+    certs = make_certificates(tmp_path)
+    client_cert, client_key = make_client_certificate(tmp_path, certs["ca"], certs["ca_key"])
+    (tmp_path / "other").mkdir()
+    stranger = make_certificates(tmp_path / "other")
+    stranger_cert, stranger_key = make_client_certificate(tmp_path / "other", stranger["ca"],
+                                                          stranger["ca_key"])
+    tls = {"cert_file": certs["cert"], "key_file": certs["key"],
+           "client_ca_file": certs["ca"], "min_version": "TLS12"}
+    web = write_web_config(tmp_path / "web.yml", tls=tls)
+
+    def status(cert: Path | None, key: Path | None) -> object:
+        context = _client_context(certs["ca"])
+        if cert is not None:
+            context.load_cert_chain(cert, key)
+        try:
+            return fetch(agent.url + "/metrics", context=context)[0]
+        except (ssl.SSLError, ConnectionError, urllib.error.URLError) as error:
+            return type(error).__name__
+
+    with AgentProcess("--simulate", "l4-pcie", "--web-config-file", str(web)) as agent:
+        wait_until(lambda: status(client_cert, client_key) == 200, "a verified client")
+        assert status(None, None) != 200
+        assert status(stranger_cert, stranger_key) != 200
+        # A reload (new server certificate, same CA) keeps requiring client certificates.
+        (tmp_path / "renewed").mkdir()
+        renewed = make_certificates(tmp_path / "renewed", "renewed server")
+        write_web_config(web, tls={**tls, "cert_file": renewed["cert"],
+                                   "key_file": renewed["key"]})
+        renewed_context = _client_context(renewed["ca"])
+        renewed_context.load_cert_chain(client_cert, client_key)
+        wait_until(lambda: fetch(agent.url + "/metrics", context=renewed_context)[0] == 200,
+                   "the renewed certificate")
+        bare = _client_context(renewed["ca"])
+        with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+            fetch(agent.url + "/metrics", context=bare)

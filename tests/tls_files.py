@@ -42,11 +42,29 @@ def make_certificates(folder: Path, server_name: str = "ray-accel test server") 
                 x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
                 critical=False)
             .sign(ca_key, hashes.SHA256()))
-    paths = {"ca": folder / "ca.crt", "cert": folder / "server.crt", "key": folder / "server.key"}
+    paths = {"ca": folder / "ca.crt", "cert": folder / "server.crt", "key": folder / "server.key",
+             "ca_key": folder / "ca.key"}
     paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    _write_key(ca_key, paths["ca_key"])
     paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(key, paths["key"])
     return paths
+
+
+def make_client_certificate(folder: Path, ca_cert: Path, ca_key: Path) -> tuple[Path, Path]:
+    """client.crt and client.key in `folder`, signed by the given CA."""
+    ca = x509.load_pem_x509_certificate(ca_cert.read_bytes())
+    signer = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(_name("prometheus")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .sign(signer, hashes.SHA256()))
+    cert_path, key_path = folder / "client.crt", folder / "client.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key, key_path)
+    return cert_path, key_path
 
 
 def bcrypt_hash(password: str) -> str:
