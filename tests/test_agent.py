@@ -130,11 +130,12 @@ def test_bad_arguments_are_refused_with_a_clear_message(args, message):
     assert message in result.stderr
 
 
-def test_demo_refuses_a_node_without_devices_for_its_workload():
+def test_demo_refuses_a_node_without_devices_for_its_workload(tmp_path):
+    scenario = write_scenario(tmp_path, {"name": "no-devices", "devices": []})
     result = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "demo",
-                             "--scenario", "mi300x-8"], capture_output=True, text=True, timeout=60)
+                             "--scenario", scenario], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "ray-accel agent --simulate mi300x-8" in result.stderr
+    assert "ray-accel agent --simulate no-devices" in result.stderr
 
 
 def test_port_in_use_is_reported(tmp_path):

@@ -118,6 +118,19 @@ def test_metrics_table_lists_busy_and_accumulators_per_xcp_and_xcc(amdsmi):
     assert table["xcp_stats.gfx_below_host_limit_acc"] == NA  # 1.7's total, gone in 1.8
 
 
+@pytest.mark.parametrize("at_s", [0.29, 0.57, 1.13])  # where 100 % x t falls just short in floats
+def test_a_limiter_that_always_held_counts_every_tick(amdsmi, at_s):
+    doc = rocm7(freeze_at_s=at_s)
+    doc["devices"][1]["xcc_clock_below_limit_percent"] = {"low_utilization": 100}
+    module, _ = amdsmi(doc)
+    table = module.amdsmi_get_gpu_metrics_info(module.amdsmi_get_processor_handles()[1])
+    ticks = table["accumulation_counter"]
+    assert ticks == round(at_s * 100)
+    assert table["xcp_stats.gfx_low_utilization_acc"][0] == [ticks] * 8
+    assert table["xcp_stats.gfx_below_host_limit_total_acc"][0] == [ticks] * 8
+    assert table["ppt_residency_acc"] == ticks
+
+
 def test_a_gpu_without_per_xcc_fields_reports_them_not_available(amdsmi):
     module, _ = amdsmi(rocm7())
     table = module.amdsmi_get_gpu_metrics_info(module.amdsmi_get_processor_handles()[0])

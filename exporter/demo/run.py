@@ -7,10 +7,11 @@ nothing. Once the agent sees the workload it prints who holds which device,
 then serves until interrupted, and cleans everything up.
 
 The workload runs on the scenario's NVIDIA GPUs, or, on a node without them,
-on its TPU chips, NeuronCores or Gaudi cards (`--scenario tpu-v5e-8`,
-`trn1-32xl`, `gaudi2-8`). Those devices start idle and empty where their
-vendor library would show a workload (NVIDIA, Neuron, Gaudi), so the idle
-holder's device is seen idle.
+on its AMD GPUs (`--scenario mi300x-8`, `mi355x-8`: Ray is told how many, as
+it cannot find simulated ones), TPU chips, NeuronCores or Gaudi cards
+(`--scenario tpu-v5e-8`, `trn1-32xl`, `gaudi2-8`). Those devices start idle
+and empty where their vendor library would show a workload (NVIDIA, AMD,
+Neuron, Gaudi), so the idle holder's device is seen idle.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from .local_cluster import LocalRayCluster
 from .workload import ACCELERATORS
 
 READY_TIMEOUT_S = 240
-NO_WORKLOAD_DEVICES = ("has no NVIDIA GPUs, TPU chips, NeuronCores or Gaudi cards for the "
-                       "demo's workload")
+NO_WORKLOAD_DEVICES = ("has no NVIDIA or AMD GPUs, TPU chips, NeuronCores or Gaudi cards for "
+                       "the demo's workload")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class WorkloadFamily:
 
 _FAMILIES = {
     "gpu": WorkloadFamily("gpu", for_real_processes, lambda doc: {}),  # Ray finds GPUs itself
+    # Ray looks for AMD GPUs through ROCm SMI, which has no simulated counterpart
+    "amd": WorkloadFamily("gpu", for_real_processes, lambda doc: {"GPU": sum(
+        1 for d in doc["devices"] if d.get("vendor") == "amd")}),
     "tpu": WorkloadFamily("tpu", load_scenario, lambda doc: {"TPU": len(doc["tpu"]["chips"])}),
     "neuron": WorkloadFamily("neuron", driven_by_processes, lambda doc: {
         "neuron_cores": doc["neuron"]["neuron_device_count"]
@@ -67,6 +71,8 @@ def workload_family(scenario: Mapping[str, Any]) -> WorkloadFamily | None:
     """The devices of an expanded scenario the workload runs on: NVIDIA GPUs first."""
     if any(d.get("vendor", "nvidia") == "nvidia" for d in scenario["devices"]):
         return _FAMILIES["gpu"]
+    if any(d.get("vendor") == "amd" for d in scenario["devices"]):
+        return _FAMILIES["amd"]
     return next((family for section, family in _FAMILIES.items() if scenario.get(section)),
                 None)
 
@@ -164,6 +170,7 @@ def run(scenario: str = "hgx-h200", port: int = 9478) -> int:
     if family is None:
         raise ScenarioError(f"{expanded['name']} {NO_WORKLOAD_DEVICES}")
     resources = family.resources(expanded)
+    gpus = resources.pop("GPU", None)  # `ray start` takes GPUs as --num-gpus only
     with (tempfile.TemporaryDirectory(prefix="ray-accel-demo-") as folder,
           SimulatedHardware.start(family.prepare(expanded),
                                   state_dir=Path(folder) / "hardware") as hardware):
@@ -172,6 +179,7 @@ def run(scenario: str = "hgx-h200", port: int = 9478) -> int:
         try:
             print("Starting a Ray head node on the simulated hardware...", flush=True)
             cluster.start_head(hardware.environ(), "--num-cpus=4",
+                               *([f"--num-gpus={gpus}"] if gpus else []),
                                *([f"--resources={json.dumps(resources)}"] if resources else []))
             asyncio.run(_serve(cluster, port, Path(folder) / "workload", family))
         finally:

@@ -246,6 +246,7 @@ AMD_DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "memory_partition": _partition_enum(MEMORY_PARTITIONS, "memory partition"),
     "partitions": _check_partitions,
     "processes": _check_processes,
+    "load_from_processes": checks.boolean,
     "lost_at_s": lambda v, p: checks.number(v, p, lo=0),
 }
 AMD_DEVICE_KEYS = tuple(AMD_DEVICE_CHECKS)

@@ -5,7 +5,9 @@ CUDA context on a device. On simulated hardware a process calls
 `open_context()` instead: the devices in its CUDA_VISIBLE_DEVICES (which Ray
 sets for each worker from the GPUs it assigned) list its pid, with the memory
 and engine use given, for as long as the process lives. Ray workers inherit
-the simulated hardware from the raylet's environment.
+the simulated hardware from the raylet's environment. On an AMD GPU the entry
+has amdsmi's shape (GFX engine use) and HIP_VISIBLE_DEVICES, where Ray sets
+it, names the devices.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import ScenarioError, SimulatedHardware, load_scenario
+from .amd_scenario import AMD, vendor_of
+from .nvml_gpm import zero_signals as zero_gpm_signals
+
+_VISIBLE = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")  # Ray sets the first on AMD nodes
 
 
 def _device_targets(scenario: Mapping[str, Any], entries: list[str]) -> list[dict[str, Any]]:
@@ -51,10 +57,12 @@ def open_context(memory_bytes: int = 0, sm_percent: int = 0, memory_percent: int
     every device is visible, as for CUDA.
     """
     hardware = SimulatedHardware.attach()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = next((os.environ[v] for v in _VISIBLE if v in os.environ), None)
     entry = {"pid": os.getpid(), "used_memory_bytes": int(memory_bytes),
              "sm_percent": int(sm_percent), "memory_percent": int(memory_percent),
              "while_alive": True}
+    amd_entry = {"pid": entry["pid"], "used_memory_bytes": entry["used_memory_bytes"],
+                 "gfx_percent": entry["sm_percent"], "while_alive": True}
     placed = []
 
     def add(scenario: dict[str, Any]) -> None:
@@ -65,7 +73,7 @@ def open_context(memory_bytes: int = 0, sm_percent: int = 0, memory_percent: int
             # keep other live processes; forget ended ones and this pid's old entry
             kept = [p for p in target.get("processes") or [] if p["pid"] != entry["pid"]
                     and (not p.get("while_alive") or pid_alive(p["pid"]))]
-            target["processes"] = [*kept, dict(entry)]
+            target["processes"] = [*kept, dict(amd_entry if vendor_of(target) == AMD else entry)]
         placed.extend(targets)
 
     hardware.modify(add)
@@ -77,16 +85,28 @@ def for_real_processes(scenario: str | os.PathLike[str] | Mapping[str, Any]) -> 
 
     The scenario's own made-up processes are removed, utilization starts at
     zero and memory at what the driver holds, and each device adds the memory
-    and engine use of the live processes on it.
+    and engine use of the live processes on it. AMD GPUs are driven so on a
+    node without NVIDIA GPUs, and keep their scenario values beside them.
     """
     document = copy.deepcopy(load_scenario(scenario))
+    # the workload runs on the NVIDIA GPUs where there are any (see exporter/demo/run.py)
+    amd_driven = all(vendor_of(d) == AMD for d in document["devices"])
     for device in document["devices"]:
-        if device.get("vendor", "nvidia") != "nvidia":
-            continue  # simulated contexts are CUDA contexts: NVIDIA devices only
+        if vendor_of(device) == AMD:
+            if not amd_driven:
+                continue
+            device.update(processes=[], load_from_processes=True, gfx_activity_percent=0,
+                          umc_activity_percent=0, vram_used_mb=0)
+            device.pop("xcc_gfx_busy_percent", None)  # each XCC follows the processes' load
+            for partition in device.get("partitions") or []:
+                partition.update(processes=[], gfx_activity_percent=0, vram_used_mb=0)
+            continue
         device.update(processes=[], load_from_processes=True, utilization_gpu_percent=0,
                       utilization_memory_percent=0, memory_used_bytes=0)
+        zero_gpm_signals(device)
         for mig in device.get("mig_devices") or []:
             mig["processes"] = []
+            zero_gpm_signals(mig)
     try:
         return load_scenario(document)
     except ScenarioError as error:  # a shipped scenario that cannot be adapted is a bug

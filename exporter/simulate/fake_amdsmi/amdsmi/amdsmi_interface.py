@@ -151,6 +151,22 @@ def _optional(target: Target, key: str) -> Any:
     return _NA if signal is None else round(value_at(signal, SIMULATION.time()))
 
 
+def _process_load(device: Any, owner: Any) -> tuple[int, int]:
+    """GFX percent and VRAM bytes the live processes of `owner` (the device or one of its
+    partitions) add to it, on a device with `load_from_processes`; (0, 0) otherwise."""
+    if not device.get("load_from_processes"):
+        return 0, 0
+    live = SIMULATION.live_processes(owner.get("processes"))
+    return (sum(p.get("gfx_percent", 0) for p in live),
+            sum(p.get("used_memory_bytes", 0) for p in live))
+
+
+def _loaded(device: Any, owner: Any, percent: Any) -> Any:
+    """A GFX percent with the owner's processes' load added (at most 100); "N/A" stays."""
+    gfx, _ = _process_load(device, owner)
+    return percent if percent == _NA or not gfx else min(100, percent + gfx)
+
+
 def _board(target: Target | None) -> Target:
     """The target of a board-level query: secondary partitions do not answer them."""
     assert target is not None
@@ -312,6 +328,8 @@ def amdsmi_get_gpu_activity(processor_handle):
     if all(target.value(key) is None for key in keys):
         raise not_supported()
     activity = {key.removesuffix("_percent"): _optional(target, key) for key in keys}
+    owner = target.partition or target.device
+    activity["gfx_activity"] = _loaded(target.device, owner, activity["gfx_activity"])
     if target.partition_id:
         activity["mm_activity"] = _NA  # the media engines report per physical GPU
     return activity
@@ -323,9 +341,9 @@ def amdsmi_get_gpu_vram_usage(processor_handle):
     if total is None:
         raise not_supported()
     used = target.value("vram_used_mb")
-    return {"vram_total": int(total),
-            "vram_used": 0 if used is None else min(int(value_at(used, SIMULATION.time())),
-                                                    int(total))}
+    _, process_bytes = _process_load(target.device, target.partition or target.device)
+    used_mb = (0 if used is None else value_at(used, SIMULATION.time())) + process_bytes / 2**20
+    return {"vram_total": int(total), "vram_used": min(int(used_mb), int(total))}
 
 
 def amdsmi_get_power_info(processor_handle):
@@ -398,12 +416,13 @@ def _xcp_lists(value: Any = _NA, width: int = AMDSMI_MAX_NUM_XCC) -> list[list[A
 
 def _ticks(t: float) -> int:
     """The simulated SMU's accumulation_counter at time t."""
-    return math.floor(t * _TICKS_PER_S)
+    return math.floor(round(t * _TICKS_PER_S, 6))
 
 
 def _residency(signal: Any, ticks: int) -> int:
     """Counter ticks, up to `ticks`, during which a 0-100 signal's share of the time held."""
-    return math.floor(integral(signal, ticks / _TICKS_PER_S))
+    # rounded first: 100 % for T ticks must count T, not T - 1 through a float's last bit
+    return math.floor(round(integral(signal, ticks / _TICKS_PER_S), 6))
 
 
 def _xcc_slots(device: Any) -> list[tuple[int, int]]:
@@ -630,12 +649,14 @@ def _xcp_metrics(device: Any, t: float) -> dict[str, Any]:
         return found
     slots = _xcc_slots(device)
     busy = [_xcc_busy(device, i, xcp) for i, (xcp, _) in enumerate(slots)]
+    owners = [device, *(device.get("partitions") or ())]
     found["xcp_stats.gfx_busy_inst"] = _xcc_grid(
-        device, lambda i: _NA if busy[i] is None else round(value_at(busy[i], t)))
+        device, lambda i: _NA if busy[i] is None
+        else _loaded(device, owners[slots[i][0]], round(value_at(busy[i], t))))
     # "accumulated %": each tick adds the percent of that tick
     found["xcp_stats.gfx_busy_acc"] = _xcc_grid(
         device, lambda i: _NA if busy[i] is None
-        else math.floor(integral(busy[i], ticks / _TICKS_PER_S) * _TICKS_PER_S))
+        else math.floor(round(integral(busy[i], ticks / _TICKS_PER_S) * _TICKS_PER_S, 6)))
     found["xcp_stats.jpeg_busy"] = _xcp_lists(width=AMDSMI_MAX_NUM_JPEG_ENG_V1)
     found["xcp_stats.vcn_busy"] = _xcp_lists(width=AMDSMI_MAX_NUM_VCN)
     limited = _limiter_ticks(device, ticks)
@@ -666,6 +687,7 @@ def amdsmi_get_gpu_metrics_info(processor_handle):
                       ("clock_gfx_mhz", "current_gfxclk"),
                       ("clock_mem_mhz", "current_uclk")):
         metrics[name] = _optional(target, key)
+    metrics["average_gfx_activity"] = _loaded(device, device, metrics["average_gfx_activity"])
     if (throttle := device.get("throttle_percent")) is not None:
         metrics["throttle_status"] = any(value_at(s, t) > 0 for s in throttle.values())
     if (link := device.get("pcie_link")) is not None:
