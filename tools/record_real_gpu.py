@@ -8,8 +8,9 @@ It writes one JSON document: the driver facts, each device's identity,
 topology and one sample exactly as the agent sees them (values in base units,
 absent ones listed under `errors`), plus the raw answers of the calls whose
 shape the simulated library has to match (memory structs, field values,
-encoder sampling period, NVLink version, fabric info, MIG index behaviour), and
-under `gpm` every GPM call with what it cost (tools/record_gpm.py).
+encoder sampling period, NVLink version, fabric info, MIG index behaviour),
+under `gpm` every GPM call with what it cost (tools/record_gpm.py), and under
+`fabric_v3` each GPU's fabric info as the agent reads it every cycle (v3 struct).
 Comparing it with the same document taken on simulated hardware
 (`--simulate hgx-h200`) shows where the fake differs from the real thing.
 """
@@ -27,6 +28,9 @@ from typing import Any
 import pynvml
 
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
+from ray_accel.exporter.backends.nvidia.fabric import (
+    nvmlDeviceGetGpuFabricInfoV as fabric_info,
+)
 from ray_accel.exporter.model import NodeSnapshot
 from ray_accel.exporter.sinks.json import snapshot_document
 from ray_accel.exporter.topology import render
@@ -129,10 +133,12 @@ def record() -> dict[str, Any]:
     samples = [backend.sample(device) for device in devices]
     snapshot = NodeSnapshot(cycle=1, taken_at=time.time(), interval_s=1.0, node_labels={},
                             backends=(), devices=tuple(samples))
-    raw = {}
+    raw, fabric = {}, {}
     for index in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         raw[str(index)] = {**raw_calls(handle), "board": board_fact_calls(handle)}
+        # v3, as the agent reads it every cycle (health mask and summary included)
+        fabric[str(index)] = _answer(fabric_info, handle)
     document = {
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "facts": dict(backend.facts()),
@@ -140,6 +146,7 @@ def record() -> dict[str, Any]:
         "snapshot": snapshot_document(snapshot),
         "raw": raw,
         "gpm": _record_gpm(),
+        "fabric_v3": fabric,
     }
     backend.close()
     return document
