@@ -102,6 +102,27 @@ def simulation(state_dir) -> Iterator:
 
 
 @contextlib.contextmanager
+def amdsmi_modules(start) -> Iterator:
+    """`run(source)` starts hardware with `start`, imports and initialises the simulated amdsmi;
+    returns (module, hardware); shut down on exit."""
+    started = []
+
+    def run(source):
+        hardware = start(source)
+        import amdsmi as module
+
+        module.amdsmi_init(module.AmdSmiInitFlags.INIT_AMD_GPUS)
+        started.append(module)
+        return module, hardware
+
+    try:
+        yield run
+    finally:
+        for module in started:
+            module.amdsmi_shut_down()
+
+
+@contextlib.contextmanager
 def amd_backends(start) -> Iterator:
     """`open(source)` starts hardware with `start` and opens an AMD backend; closed on exit."""
     opened: list[AmdBackend] = []

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 
 from amd_support import GIB, MIB, simulation
-from test_demo_families import READY_S, _holder_rows, _lines_of
+from test_demo_families import _holder_rows, demo_output
 
 from ray_accel.exporter.simulate.contexts import for_real_processes
 
@@ -55,22 +54,7 @@ def test_a_worker_that_opens_a_context_loads_its_amd_gpu(tmp_path):
 
 
 def test_the_demo_workload_runs_on_amd_gpus():
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "ray_accel.exporter.cli", "demo", "--scenario", "mi355x-8",
-         "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output: list[str] = []
-    try:
-        lines = _lines_of(demo)
-        deadline = time.monotonic() + READY_S
-        while not any(line.startswith("Metrics:") for line in output):
-            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
-            assert line is not None, "\n".join(output)
-            output.append(line)
-    finally:
-        demo.send_signal(signal.SIGINT)
-        demo.wait(timeout=120)
-    assert demo.returncode == 0, "\n".join(output)
+    output = demo_output("mi355x-8")
     states: dict[str, list[str]] = {}
     for holder, state in _holder_rows(output):
         states.setdefault(holder, []).append(state)

@@ -12,7 +12,7 @@ import copy
 import time
 
 import pytest
-from amd_support import amd_backends, amd_scenario, simulation
+from amd_support import amd_backends, amd_scenario, amdsmi_modules, simulation
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.amd.xcp import Residency, accumulators
@@ -56,20 +56,8 @@ def cpx(doc: dict, index: int = 1) -> dict:
 @pytest.fixture
 def amdsmi(tmp_path):
     """`amdsmi(doc)`: the simulated module on a scenario, initialised, and its hardware."""
-    with simulation(tmp_path) as start:
-        modules = []
-
-        def run(doc):
-            hardware = start(doc)
-            import amdsmi as module
-
-            module.amdsmi_init(module.AmdSmiInitFlags.INIT_AMD_GPUS)
-            modules.append(module)
-            return module, hardware
-
+    with simulation(tmp_path) as start, amdsmi_modules(start) as run:
         yield run
-        for module in modules:
-            module.amdsmi_shut_down()
 
 
 @pytest.fixture

@@ -39,10 +39,8 @@ def _holder_rows(output: list[str]) -> list[tuple[str, str]]:
     return rows
 
 
-@pytest.mark.parametrize(("scenario", "trainer_devices"),
-                         [("tpu-v5e-8", 4), ("trn1-32xl", 4), ("gaudi2-8", 4)])
-def test_the_demo_workload_runs_on_tpu_chips_neuroncores_and_gaudi_cards(scenario,
-                                                                        trainer_devices):
+def demo_output(scenario: str) -> list[str]:
+    """What `ray-accel demo --scenario SCENARIO` prints until it serves; stopped with Ctrl-C."""
     demo = subprocess.Popen(
         [sys.executable, "-m", "ray_accel.exporter.cli", "demo", "--scenario", scenario,
          "--port", "0"],
@@ -59,6 +57,14 @@ def test_the_demo_workload_runs_on_tpu_chips_neuroncores_and_gaudi_cards(scenari
         demo.send_signal(signal.SIGINT)
         demo.wait(timeout=120)
     assert demo.returncode == 0, "\n".join(output)
+    return output
+
+
+@pytest.mark.parametrize(("scenario", "trainer_devices"),
+                         [("tpu-v5e-8", 4), ("trn1-32xl", 4), ("gaudi2-8", 4)])
+def test_the_demo_workload_runs_on_tpu_chips_neuroncores_and_gaudi_cards(scenario,
+                                                                        trainer_devices):
+    output = demo_output(scenario)
     rows = _holder_rows(output)
     states: dict[str, list[str]] = {}
     for holder, state in rows:

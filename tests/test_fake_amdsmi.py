@@ -10,7 +10,7 @@ import time
 
 import pynvml
 import pytest
-from amd_support import GIB, amd_scenario, bus, simulation, uuid
+from amd_support import GIB, amd_scenario, amdsmi_modules, bus, simulation, uuid
 
 from ray_accel.exporter.simulate import FAKE_AMDSMI_DIR, ScenarioError, load_scenario
 from ray_accel.exporter.simulate.amd_scenario import AMDSMI_FUNCTIONS
@@ -20,20 +20,8 @@ from ray_accel.exporter.simulate.nvml_state import render_state
 @pytest.fixture
 def amdsmi(tmp_path):
     """The simulated amdsmi module on a scenario, initialised: `amdsmi(source)`."""
-    started = []
-
-    with simulation(tmp_path) as start:
-        def run(source):
-            hardware = start(source)
-            import amdsmi as module
-
-            module.amdsmi_init(module.AmdSmiInitFlags.INIT_AMD_GPUS)
-            started.append(module)
-            return module, hardware
-
+    with simulation(tmp_path) as start, amdsmi_modules(start) as run:
         yield run
-        for module in started:
-            module.amdsmi_shut_down()
 
 
 def test_module_has_every_simulated_function(amdsmi):
