@@ -442,8 +442,10 @@ CATALOG: tuple[MetricSpec, ...] = (
            "0.5 for num_gpus=0.5), whether or not the worker uses it.", scope=Scope.PROCESS),
     _gauge(ALLOCATION_IDLE, "",
            "1 when the worker holds the device but shows no activity on it in the last "
-           "cycle (no context on the device, or none of its engines busy; where the vendor "
-           "lists no processes, as on Gaudi, the device itself idle), else 0.",
+           "cycle (no context on the device; for a holder of the whole device that measures "
+           "engine activity (GPM), graphics-engine activity below 1 %; else none of its "
+           "engines busy, or where the vendor lists no processes, as on Gaudi, the device "
+           "itself idle), else 0.",
            scope=Scope.PROCESS),
     _gauge(PROCESS_MEMORY_USAGE, "By", "Device memory used by the process.", scope=Scope.PROCESS,
            valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
@@ -505,7 +507,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(COLLECTIVE_SUSPECTED_STALL, "",
            "1 while the device has been busy (utilization at or above the busy threshold) "
            "with its interconnect byte counters (NVLink, else PCIe) flat for the whole "
-           "detection window: the signature of a hung collective spinning on its peers; "
+           "detection window, and, where the device measures engine activity (GPM), its SM "
+           "and tensor activity at most 5 %: the signature of a hung collective spinning on "
+           "its peers; "
            "else 0. One series per Ray worker holding the device (empty Ray labels when "
            "none).", scope=Scope.PROCESS),
     # TPU-only metrics

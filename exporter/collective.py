@@ -6,7 +6,11 @@ device stays busy while its interconnect byte counters stop moving. The
 detector watches every device's utilization and the rates of its peer links
 (NVLink, XGMI; the PCIe host link on devices without any) and calls a device
 suspected once that pattern has held for a whole window. A busy device that
-moves data, or an idle one, is not suspected.
+moves data, or an idle one, is not suspected. Where the device measures engine
+activity (GPM), one whose SMs or tensor pipes really work is not suspected either:
+a compute-bound worker that does not communicate keeps its links flat too, but
+a hung collective's spinning kernel leaves the SMs nearly idle
+(exporter/activity.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import catalog as m
+from .activity import activity_of
 from .model import DeviceSample
 
 PCIE = "pcie"
@@ -72,7 +77,10 @@ class CollectiveStallDetector:
             if utilization is None or rate is None:
                 self._since.pop(uuid, None)
                 continue
-            if utilization >= settings.busy_utilization and rate <= settings.flat_bytes_per_s:
+            spinning = (utilization >= settings.busy_utilization
+                        and rate <= settings.flat_bytes_per_s
+                        and not activity_of(sample).computing)
+            if spinning:
                 since = self._since.setdefault(uuid, sample.taken_at)
                 verdicts[uuid] = sample.taken_at - since >= settings.window_s
             else:

@@ -1,4 +1,10 @@
-"""Joins a device's sample with the Ray workers holding it: who holds it, and idly or not."""
+"""Joins a device's sample with the Ray workers holding it: who holds it, and idly or not.
+
+A holder of a whole device is judged by the device's engine activity where the
+device measures it (exporter/activity.py); a fractional holder shares the device
+with others and is judged by its own process's NVML figures, as is every holder
+where the device measures no activity.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +12,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .. import catalog as m
+from ..activity import RULE_ACTIVITY, RULE_UTILIZATION, ActivityView, activity_of
 from ..model import DeviceSample, ProcessSample, Reading
 from .model import Holder
+
+RULE_NO_CONTEXT = "no_context"  # the worker never created a context on the device
+WHOLE = 1.0 - 1e-9
 
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """A holder of a device and whether it did anything on it in the last cycle."""
+    """A holder of a device, whether it did anything on it in the last cycle, and by which rule.
+
+    `rule` is `activity` (the device's engine activity), `utilization` (NVML
+    utilization, the process's or the device's) or `no_context`.
+    """
 
     holder: Holder
     idle: bool
+    rule: str = RULE_UTILIZATION
+
+    @property
+    def shared(self) -> bool:
+        """The holder has a fraction of the device: others may use the rest."""
+        return self.holder.fraction < WHOLE
 
 
 def _value(readings: tuple[Reading, ...], metric: str, **labels: str) -> float | None:
@@ -23,9 +43,17 @@ def _value(readings: tuple[Reading, ...], metric: str, **labels: str) -> float |
     return next((r.value for r in readings if r.metric == metric and r.labels == wanted), None)
 
 
-def _busy(process: ProcessSample | None, sample: DeviceSample) -> bool:
+def _judge(holder: Holder, process: ProcessSample | None, sample: DeviceSample,
+           activity: ActivityView) -> Allocation:
     if process is None and sample.processes_listed:
-        return False  # assigned by Ray, but the worker never created a context here
+        # assigned by Ray, but the worker never created a context here
+        return Allocation(holder, idle=True, rule=RULE_NO_CONTEXT)
+    if holder.fraction >= WHOLE and activity.rule == RULE_ACTIVITY:
+        return Allocation(holder, idle=bool(activity.idle), rule=RULE_ACTIVITY)
+    return Allocation(holder, idle=not _busy(process, sample))
+
+
+def _busy(process: ProcessSample | None, sample: DeviceSample) -> bool:
     sm = _value(process.readings, m.PROCESS_UTILIZATION, engine="sm") if process else None
     if sm is not None:
         return sm > 0
@@ -42,7 +70,6 @@ def allocations(sample: DeviceSample,
     if not sample.up:
         return []
     processes = {p.pid: p for p in sample.processes}
-    return [
-        Allocation(holder, idle=not _busy(processes.get(holder.identity.pid), sample))
-        for holder in holders.get(sample.device.uuid, ())
-    ]
+    activity = activity_of(sample)
+    return [_judge(holder, processes.get(holder.identity.pid), sample, activity)
+            for holder in holders.get(sample.device.uuid, ())]

@@ -118,3 +118,16 @@ def gpm_lines(device: Mapping[str, Any], signal_text: Callable[[Any], str]) -> l
             signals[metric_id(link)] = signal
     lines += [f"gpm {metric_id} {signal_text(signals[metric_id])}" for metric_id in sorted(signals)]
     return lines
+
+
+def zero_signals(device: dict[str, Any]) -> None:
+    """Sets every GPM signal of a device to 0, keeping which metrics (and links) it offers.
+
+    With `load_from_processes`, its live processes then add their share (see
+    docs/simulation.md), as they do to the utilization rates.
+    """
+    section = device.get("gpm")
+    if not section:
+        return
+    device["gpm"] = {name: dict.fromkeys(entry, 0) if name in GPM_LINK_METRICS else 0
+                     for name, entry in section.items()}

@@ -5,7 +5,9 @@ utilization pinned high while their NVLink (fields 138/139) and PCIe (197/198)
 byte counters stop moving: each counter becomes a constant at its value at the
 moment the hang starts (`rate_per_s` 0), so a counter read after that moment
 never goes back. (Read before it, it shows the same constant: as a scenario
-of its own, the devices have been hung since the start.)
+of its own, the devices have been hung since the start.) Where a device has GPM
+signals, they take the spinning kernel's signature: the graphics engine as busy
+as the utilization, SM activity `HUNG_SM_PERCENT`, every pipe and link idle.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .nvml_gpm import zero_signals
 from .signals import counter_at
 
 NVLINK_BYTE_FIELDS = ("138", "139")
+HUNG_SM_PERCENT = 2.0  # one small kernel polling for peers keeps a few SMs busy
 PCIE_BYTE_FIELDS = ("197", "198")
 
 
@@ -41,6 +45,9 @@ def hung_collective(scenario: Mapping[str, Any], devices: Iterable[int], at_s: f
                 fields[number] = {scope: _stop_counter(v, at_s) for scope, v in value.items()}
             elif value is not None:
                 fields[number] = _stop_counter(value, at_s)
+        if device.get("gpm"):
+            zero_signals(device)
+            device["gpm"].update(graphics_util=utilization_percent, sm_util=HUNG_SM_PERCENT)
     return changed
 
 

@@ -45,7 +45,8 @@ def _holders(sample: DeviceSample, snapshot: NodeSnapshot) -> dict[str, Any]:
     return {
         "allocated": sum(a.holder.fraction for a in found) if sample.up else None,
         "holders": [
-            {**_identity(a.holder.identity), "fraction": a.holder.fraction, "idle": a.idle}
+            {**_identity(a.holder.identity), "fraction": a.holder.fraction, "idle": a.idle,
+             "idle_rule": a.rule, "shared": a.shared}
             for a in found
         ],
     }

@@ -3012,6 +3012,7 @@ struct nvmlGpmSample_st {
     unsigned char present[NVML_GPM_METRIC_MAX];
     double value[NVML_GPM_METRIC_MAX];
     double integral[NVML_GPM_METRIC_MAX];
+    double load_sm, load_mem; /* what live processes added at t (load_from_processes) */
 };
 
 static struct nvmlGpmSample_st *g_gpm_samples; /* live samples, guarded by g_lock */
@@ -3059,9 +3060,35 @@ static const fake_dev *gpu_instance_dev(const fake_dev *phys, unsigned int gi)
     return NULL;
 }
 
+/* Where the scenario asks (load_from_processes on the physical GPU), the live
+ * processes of d add their SM share to graphics and SM activity and their
+ * memory share to DRAM bandwidth, as they add to the utilization rates. */
+static void gpm_process_load(const fake_dev *phys, const fake_dev *d, struct nvmlGpmSample_st *s)
+{
+    s->load_sm = s->load_mem = 0.0;
+    if (!phys->load_from_processes.present || phys->load_from_processes.v == 0)
+        return;
+    const proc_t *p = d->procs.items;
+    for (int i = 0; i < d->procs.n; i++) {
+        if (proc_visible(p + i)) {
+            s->load_sm += p[i].sm;
+            s->load_mem += p[i].mem;
+        }
+    }
+}
+
+/* The process share a metric gets (see gpm_process_load). */
+static double gpm_load_of(const struct nvmlGpmSample_st *s, unsigned int id)
+{
+    if (id == 1 || id == 2) /* graphics, SM */
+        return s->load_sm;
+    return id == 10 ? s->load_mem : 0.0; /* DRAM bandwidth */
+}
+
 /* Lock held. Records the GPM signals of d at the call's time into s. */
 static void fill_sample(struct nvmlGpmSample_st *s, const call_t *c, const fake_dev *d, int gpu_instance)
 {
+    gpm_process_load(c->phys, d, s);
     s->filled = 1;
     s->index = c->index;
     s->gpu_instance = gpu_instance;
@@ -3236,7 +3263,9 @@ NVML_API nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
             out->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             continue;
         }
-        out->value = dt > 0 ? (b->integral[id] - a->integral[id]) / dt : b->value[id];
+        double average = dt > 0 ? (b->integral[id] - a->integral[id]) / dt : b->value[id];
+        double load = gpm_load_of(b, id); /* the processes seen at the second sample */
+        out->value = load > 0 && average + load > 100.0 ? 100.0 : average + load;
         out->nvmlReturn = NVML_SUCCESS;
     }
     return leave(NVML_SUCCESS);
