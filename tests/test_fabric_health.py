@@ -133,6 +133,20 @@ def test_a_fabric_still_registering_has_its_state_and_no_summary(open_backend):
     assert (m.FABRIC_HEALTH_SUMMARY, ()) not in got  # summary 0: not supported
 
 
+def test_a_driver_without_the_v3_struct_is_read_with_v2_and_no_summary(open_backend):
+    backend, devices, _ = open_backend(scenario({"max_version": 2, "health_summary": "HEALTHY",
+                                                 "health_mask": HEALTHY_MASK}))
+    for _ in range(2):  # the v3 refusal is remembered: no error in any cycle
+        sample = backend.sample(devices[0])
+        got = fabric_readings(sample)
+        assert got[(m.FABRIC_STATE, ())] == 3
+        assert (m.FABRIC_HEALTH_SUMMARY, ()) not in got
+        assert issues(sample)["degraded_bandwidth"] == 0
+        assert info(sample)["health_summary"] == "not_supported"
+        assert not [name for name in sample.errors if "Fabric" in name]
+    assert not [key for key in backend.errors.snapshot() if "Fabric" in str(key)]
+
+
 def test_no_fabric_means_absent_not_zero(open_backend):
     backend, devices, _ = open_backend(scenario(None))
     sample = backend.sample(devices[0])

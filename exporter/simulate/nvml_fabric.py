@@ -7,6 +7,7 @@ given by name: a state ("COMPLETED"), an NVML return code ("SUCCESS",
 "NOT_READY"), a summary ("HEALTHY") and a health mask as an integer or as
 {field: value} with the names of the binding's `NVML_GPU_FABRIC_HEALTH_MASK_*`
 constants ({"degraded_bw": "true", "incorrect_configuration": "none"}).
+`max_version` 2 plays a driver that knows only the v2 struct (no summary).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from ..backends.nvidia import fabric_health
 from . import checks
 from .nvml_vocabulary import FABRIC_STATES, error_code
 
-_KEYS = ("cluster_uuid", "clique_id", "state", "status", "health_mask", "health_summary")
+_KEYS = ("cluster_uuid", "clique_id", "state", "status", "health_mask", "health_summary",
+         "max_version")
 _SIGNAL_KEYS = ("keyframes", "period_s", "interpolate")
 
 
@@ -89,4 +91,7 @@ def fabric_line(value: Any, path: str = "fabric") -> str:
         _step_signal(fabric.get(key, default), f"{path}.{key}", code)
         for key, (default, code) in _VALUES.items()
     )
-    return f"fabric {state} {status} {clique} {mask} {summary} {uuid.replace('-', '').lower()}"
+    version = checks.integer(fabric.get("max_version", 3), f"{path}.max_version", lo=2, hi=3)
+    older = " v2" if version == 2 else ""  # a driver without the v3 struct (health summary)
+    return (f"fabric {state} {status} {clique} {mask} {summary} "
+            f"{uuid.replace('-', '').lower()}{older}")

@@ -56,7 +56,8 @@
  *   p2p <other device|-1 for any> <read> <write> <nvlink> <atomics> <pci>   (status codes)
  *   fabric <state> <status> <clique id> <health mask> <health summary> <32 hex digits uuid>
  *                   state, status, health mask and summary are signals (step keyframes
- *                   let fabric health change mid-run); the uuid and clique id are fixed
+ *                   let fabric health change mid-run); the uuid and clique id are fixed;
+ *                   a trailing "v2": the driver knows only the v2 struct
  *   gpm <metric id> <signal>   a GPM metric's signal (percent, or MiB/s for bandwidths);
  *                              on a MIG device: its GPU instance's metric
  *   gpm_supported <0|1>        default: 1 from the Hopper architecture (9) on
@@ -280,6 +281,7 @@ typedef struct fake_dev {
     int p2p_any_set;
     unsigned int p2p_any[NVML_P2P_CAPS_INDEX_COUNT];
     int fabric_present;
+    int fabric_v2_only; /* a driver that knows only the v2 struct (no health summary) */
     unsigned char fabric_uuid[NVML_GPU_FABRIC_UUID_LEN];
     unsigned int fabric_clique;
     signal_t fabric_state, fabric_status, fabric_health_mask, fabric_health_summary;
@@ -983,6 +985,10 @@ static int parse_fabric(parser_t *p, char **cur)
             return p->why = "fabric: uuid must be 32 hex digits", -1;
         d->fabric_uuid[i] = (unsigned char)(hi * 16 + lo);
     }
+    char *version = next_tok(cur);
+    if (version && strcmp(version, "v2") != 0)
+        return p->why = "fabric: after the uuid only \"v2\" may follow", -1;
+    d->fabric_v2_only = version != NULL;
     d->fabric_present = 1;
     return 0;
 }
@@ -2978,6 +2984,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFa
     const fake_dev *d = c.dev;
     if (!d->fabric_present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (d->fabric_v2_only && info->version != NVML_GPU_FABRIC_INFO_V2)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     memcpy(info->clusterUuid, d->fabric_uuid, sizeof d->fabric_uuid);
     info->status = to_int(sig_value(&d->fabric_status, c.t));
     info->cliqueId = d->fabric_clique;
