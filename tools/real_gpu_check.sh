@@ -8,7 +8,8 @@
 # and, for the comparison with Ray's provider, the folder written beforehand by
 # `python tools/ray_provider_subset.py --out .ray-subset` where Ray is installed.
 # Ray itself is not needed. While a matrix-multiply load runs on GPU 0 it writes to
-# OUT_DIR: real-gpu.json (tools/record_real_gpu.py), benchmarks-real-gpu.md
+# OUT_DIR: real-gpu.json (tools/record_real_gpu.py; its `gpm` section holds every GPM
+# call, with what each cost, from tools/record_gpm.py), benchmarks-real-gpu.md
 # (bench/run.py --real-gpu, and its .json), metrics.txt (the agent's /metrics),
 # agent-cpu.txt (its CPU share at a 1 s interval) and nvidia-smi's view.
 set -euo pipefail
