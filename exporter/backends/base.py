@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import glob
+import os
 import threading
 import time
 from collections import Counter
@@ -29,12 +30,19 @@ class BackendAbsent(BackendUnavailable):
     """
 
 
+# A folder standing for /dev where device files are looked for (simulated hardware sets it).
+DEV_DIR_ENV = "RAY_ACCEL_DEV_DIR"
+
+
 def unavailable(message: str, device_nodes: Sequence[str]) -> BackendUnavailable:
     """`BackendAbsent(message)` when no file matches `device_nodes` (glob patterns such as
     "/dev/nvidia[0-9]*"), else `BackendUnavailable(message)`: a library that cannot be used
     on a host that has the devices is a fault.
     """
-    if any(glob.glob(pattern) for pattern in device_nodes):
+    root = os.environ.get(DEV_DIR_ENV)
+    patterns = [root + p.removeprefix("/dev") if root and p.startswith("/dev/") else p
+                for p in device_nodes]
+    if any(glob.glob(pattern) for pattern in patterns):
         return BackendUnavailable(message)
     return BackendAbsent(message)
 

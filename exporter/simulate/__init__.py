@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from ..backends.base import DEV_DIR_ENV
 from .build import BuildError, build_library
 from .nvml_state import render_state
 from .saved import SCENARIO_FILE_NAME, STATE_ENV
@@ -189,6 +190,7 @@ class SimulatedHardware:
             "PYTHONPATH": (f"{FAKE_AMDSMI_DIR}{os.pathsep}{python_path}" if python_path
                            else str(FAKE_AMDSMI_DIR)),
             STATE_ENV: str(self.state_path),
+            DEV_DIR_ENV: str(self.device_files_dir),
         }
         for fake in self._family_fakes:
             for name, value in fake.environ().items():
@@ -206,6 +208,7 @@ class SimulatedHardware:
         binds to this hardware).
         """
         os.environ[STATE_ENV] = str(self.state_path)
+        os.environ[DEV_DIR_ENV] = str(self.device_files_dir)
         ctypes.CDLL(str(self.library_path), mode=ctypes.RTLD_GLOBAL)
         activate_fake_amdsmi()
         for fake in self._family_fakes:
@@ -302,6 +305,29 @@ class SimulatedHardware:
             self._last_mtime_ns = mtime_ns
             self._scenario = expanded
             self.scenario_name = expanded["name"]
+            self._write_device_files(expanded.get("devices", []))
+
+    @property
+    def device_files_dir(self) -> pathlib.Path:
+        """The folder standing for /dev: nvidia<N> per simulated NVIDIA GPU, kfd for AMD ones.
+
+        Backends look there to tell a library that fails on a host with the
+        devices (a fault) from one absent with its devices (nothing to report).
+        """
+        return self.state_path.parent / "dev"
+
+    def _write_device_files(self, devices: list[dict[str, Any]]) -> None:
+        folder = self.device_files_dir
+        folder.mkdir(exist_ok=True)
+        nvidia = sum(1 for d in devices if d.get("vendor", "nvidia") == "nvidia")
+        wanted = {f"nvidia{i}" for i in range(nvidia)}
+        if any(d.get("vendor") == "amd" for d in devices):
+            wanted.add("kfd")
+        for path in [*folder.glob("nvidia[0-9]*"), folder / "kfd"]:
+            if path.name not in wanted:
+                path.unlink(missing_ok=True)
+        for name in wanted:
+            (folder / name).touch()
 
 
 _SEARCH_PATHS = ("PATH", "PYTHONPATH")

@@ -1,0 +1,86 @@
+"""What /healthz says (docs/api.md): ok, degraded with what does not answer, stalled, starting.
+
+And which backends count as absent from a host (not a fault) rather than down.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_accel.exporter.backends.base import BackendAbsent, BackendUnavailable, unavailable
+from ray_accel.exporter.backends.nvidia import NvidiaBackend
+from ray_accel.exporter.backends.nvidia import backend as nvidia_backend
+from ray_accel.exporter.health import health
+from ray_accel.exporter.model import BackendStatus, Device, DeviceSample, NodeSnapshot
+from ray_accel.exporter.simulate import STATE_ENV
+
+NOW = 1000.0
+GPU = Device("nvidia", "0", "GPU-0", "H200")
+
+
+def _snapshot(backends=(), devices=(), taken_at=NOW) -> NodeSnapshot:
+    return NodeSnapshot(cycle=7, taken_at=taken_at, interval_s=1.0, node_labels={},
+                        backends=tuple(backends), devices=tuple(devices))
+
+
+NVIDIA_UP = BackendStatus("nvidia", "nvidia", up=True, device_count=1)
+AMD_ABSENT = BackendStatus("amd", "amd", up=False, message="amdsmi is not installed",
+                           absent=True)
+
+
+def test_everything_answering_is_ok_and_absent_backends_do_not_count():
+    body, code = health(_snapshot([NVIDIA_UP, AMD_ABSENT], [DeviceSample(GPU, True, NOW)]),
+                        sampler_alive=True, now=NOW + 0.5)
+    assert (code, body["status"], body["not_answering"]) == (200, "ok", [])
+    assert body["backends"]["amd"] == {"up": False, "absent": True, "devices": 0,
+                                       "message": "amdsmi is not installed"}
+
+
+def test_a_backend_that_should_have_devices_and_does_not_answer_degrades():
+    down = BackendStatus("nvidia", "nvidia", up=False, message="NVML could not be initialised")
+    body, code = health(_snapshot([down, AMD_ABSENT]), sampler_alive=True, now=NOW)
+    assert (code, body["status"]) == (200, "degraded")
+    assert body["not_answering"] == [
+        {"backend": "nvidia", "state": "down", "reason": "NVML could not be initialised"}]
+
+
+@pytest.mark.parametrize(("sample", "state", "reason"), [
+    (DeviceSample(GPU, False, NOW, errors={"nvmlDeviceGetName": "gpu_is_lost"}), "down",
+     "nvmlDeviceGetName: gpu_is_lost"),
+    (DeviceSample(GPU, False, NOW, errors={"sample": "stale: no answer"}, stale=True), "stale",
+     "sample: stale: no answer"),
+])
+def test_a_device_down_or_stale_degrades_and_is_named(sample, state, reason):
+    body, code = health(_snapshot([NVIDIA_UP], [sample]), sampler_alive=True, now=NOW)
+    assert (code, body["status"]) == (200, "degraded")
+    assert body["not_answering"] == [
+        {"vendor": "nvidia", "index": "0", "uuid": "GPU-0", "state": state, "reason": reason}]
+
+
+def test_a_dead_or_late_loop_is_stalled_and_no_cycle_is_starting():
+    snapshot = _snapshot([NVIDIA_UP], [DeviceSample(GPU, True, NOW)])
+    assert health(snapshot, sampler_alive=False, now=NOW)[0]["status"] == "stalled"
+    body, code = health(snapshot, sampler_alive=True, now=NOW + 60)
+    assert (code, body["status"]) == (503, "stalled")
+    body, code = health(None, sampler_alive=True, now=NOW)
+    assert (code, body["status"], body["backends"]) == (503, "starting", {})
+
+
+def test_a_backend_is_absent_only_where_its_device_files_are_missing_too(tmp_path):
+    missing = str(tmp_path / "nvidia[0-9]*")
+    assert type(unavailable("no driver", [missing])) is BackendAbsent
+    (tmp_path / "nvidia0").touch()
+    found = unavailable("no driver", [missing])
+    assert type(found) is BackendUnavailable and str(found) == "no driver"
+
+
+def test_nvml_without_its_driver_is_absent_unless_the_host_has_gpu_device_files(
+        monkeypatch, tmp_path):
+    monkeypatch.delenv(STATE_ENV, raising=False)  # the fake NVML then answers DRIVER_NOT_LOADED
+    monkeypatch.setattr(nvidia_backend, "_DEVICE_NODES", (str(tmp_path / "nvidia[0-9]*"),))
+    with pytest.raises(BackendAbsent, match="NVML could not be initialised"):
+        NvidiaBackend().open_library()
+    (tmp_path / "nvidia0").touch()  # a GPU whose driver is not loaded: a fault
+    with pytest.raises(BackendUnavailable) as raised:
+        NvidiaBackend().open_library()
+    assert not isinstance(raised.value, BackendAbsent)
