@@ -110,6 +110,9 @@ def test_a_degraded_tray_is_a_finding_in_the_tab_and_a_healthy_one_is_not(trays)
     assert all(f["severity"] == "critical" and "degraded_bandwidth" in f["message"]
                and "unhealthy" in f["message"] for f in fabric)
     assert not [f for f in view.findings if f["node_id"] == f"node-{HEALTHY_TRAY}"]
+    # Both trays sit in the rack's one NVLink domain: the tab's heatmap groups them together.
+    assert {n["nvlink_domain"] for n in view.heatmap} == {
+        "c7a4e0d2-5b19-4f3e-8d61-2a9f0b7c4e15/1"}
     sick = next(d for d in nodes[0].data["devices"] if d["index"] == "0")
     assert view.health[sick["uuid"]] == "warning"
     assert sick["fabric"]["issues"] == ["degraded_bandwidth"]
