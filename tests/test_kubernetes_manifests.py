@@ -92,6 +92,19 @@ POD_MONITOR_SCHEMA = {
                             "path": {"type": "string", "pattern": "^/"},
                             "interval": {"type": "string", "pattern": r"^[0-9]+(ms|s|m|h)$"},
                             "honorLabels": {"type": "boolean"},
+                            "authorization": {
+                                "type": "object",
+                                "required": ["type", "credentials"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "type": {"const": "Bearer"},
+                                    "credentials": {
+                                        "type": "object", "required": ["name", "key"],
+                                        "additionalProperties": False,
+                                        "properties": {"name": {"type": "string"},
+                                                       "key": {"type": "string"}}},
+                                },
+                            },
                         },
                     },
                 },
@@ -202,6 +215,14 @@ def test_pod_monitor_scrapes_the_sidecars_of_the_cluster(pod_monitor, ray_cluste
     assert endpoint["port"] == METRICS_PORT_NAME
     assert endpoint["path"] == "/metrics"
     assert endpoint["honorLabels"] is True
+    # The sidecars require the cluster's token on /metrics: the PodMonitor sends
+    # the very secret key the pods take RAY_AUTH_TOKEN from.
+    secrets = {(ref["name"], ref["key"])
+               for template in pod_templates(ray_cluster).values()
+               for c in template["spec"]["containers"]
+               for ref in [env_of(c)["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]]}
+    credentials = endpoint["authorization"]["credentials"]
+    assert secrets == {(credentials["name"], credentials["key"])}
 
 
 def test_the_schemas_catch_mistakes(ray_cluster):
