@@ -249,6 +249,31 @@ def test_residency_is_the_share_of_the_interval_between_two_samples(open_amd):
     assert tally.snapshot() == {}
 
 
+def test_throttling_comes_from_the_table_once_it_gives_an_interval(open_amd, monkeypatch):
+    """amdsmi_get_violation_status waits 100 ms per call; with two tables it is not needed."""
+    doc = rocm7()  # PPT holds until t = 20 s, then lets go
+    doc["devices"][1]["throttle_percent"] = {
+        **doc["amd_device_defaults"]["throttle_percent"],
+        "ppt_pwr": {"keyframes": [[0, 100], [20, 0]], "interpolate": "step"}}
+    backend, devices, hardware = open_amd(doc)
+    import amdsmi
+
+    asked = []
+    real = amdsmi.amdsmi_get_violation_status
+    monkeypatch.setattr(amdsmi, "amdsmi_get_violation_status",
+                        lambda handle: asked.append(handle) or real(handle))
+    first = xcp_values(backend.sample(devices[1]), m.THROTTLE_ACTIVE)
+    assert first[labels_of({"reason": "sw_power_cap"})] == 1 and len(asked) == 1
+    advance(hardware, amdsmi, amdsmi.amdsmi_get_processor_handles()[1], 20.0)
+    second = xcp_values(backend.sample(devices[1]), m.THROTTLE_ACTIVE)
+    assert len(asked) == 1
+    assert second == {labels_of({"reason": reason}): value for reason, value in (
+        ("sw_power_cap", 1), ("socket_thermal", 0), ("prochot", 0), ("vr_thermal", 0))}
+    advance(hardware, amdsmi, amdsmi.amdsmi_get_processor_handles()[1], 30.0)
+    third = xcp_values(backend.sample(devices[1]), m.THROTTLE_ACTIVE)
+    assert third[labels_of({"reason": "sw_power_cap"})] == 0 and len(asked) == 1
+
+
 def test_per_xcc_values_are_absent_not_zero_where_amdsmi_has_none(open_amd):
     doc = rocm7(devices=3, amdsmi_interface="6.3", errors=[
         {"function": "amdsmi_get_gpu_metrics_info", "device": 2, "code": "NOT_SUPPORTED"}])

@@ -22,10 +22,10 @@ from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice,
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number
 from .interconnect import bus_key, read_xgmi
 from .library import load_amdsmi
-from .probes import BOARD_PROBES, PARTITION_PROBES
+from .probes import BOARD_PROBES, PARTITION_PROBES, throttling
 from .processes import EngineClock, processes
 from .topology import Placed, peers_of, placement_facts
-from .xcp import METRICS_TABLE, Residency, xcp_readings
+from .xcp import METRICS_TABLE, Residency, throttle_held, xcp_readings
 
 _NA = "N/A"
 _DEVICE_NODES = ("/dev/kfd",)  # the amdgpu compute driver: present on every AMD GPU host
@@ -48,8 +48,8 @@ class _Tracked(HandleDevice):
     calls: DeviceCalls
     board: bool = True  # answers board-level queries: a physical GPU
     engines: EngineClock = field(default_factory=EngineClock)
-
     residency: Residency = field(default_factory=Residency)  # metrics-table accumulators
+
 
 @dataclass(frozen=True)
 class _Identity:
@@ -108,14 +108,17 @@ class AmdBackend(HandleBackend[_Tracked]):
         for probe in PARTITION_PROBES:
             readings.extend(probe(calls, handle))
         if tracked.board:
+            activity = xcp_readings(calls.once(METRICS_TABLE, handle), tracked.residency)
+            held = throttle_held(activity)  # where given, no violation status call (100 ms)
             for probe in BOARD_PROBES:
-                readings.extend(probe(calls, handle))
+                if not (held and probe is throttling):
+                    readings.extend(probe(calls, handle))
             links = read_xgmi(calls, handle, self._uuid_by_bus)
+            readings.extend(activity + held)
         return DeviceReads(tuple(readings), links, processes(calls, handle, tracked.engines))
 
     # -- discovery -------------------------------------------------------------
 
-            readings.extend(xcp_readings(calls.once(METRICS_TABLE, handle), tracked.residency))
     def _read_facts(self, library: ModuleType, handles: Sequence[Any]) -> dict[str, str]:
         facts: dict[str, str] = {}
         with contextlib.suppress(library.AmdSmiException, AttributeError, TypeError, KeyError):

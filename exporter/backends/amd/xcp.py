@@ -13,8 +13,10 @@ below the host's limit by power, thermals or low utilization (1.8,
 1.7 had one total, `xcp_stats.gfx_below_host_limit_acc`). amdsmi's own
 violation status divides their growth by the counter's over 100 ms; here the
 interval is the one between two sampling cycles, so no sleep is needed and no
-time between cycles goes unseen. Ticks have no documented length, so the
-residencies are exported as ratios, never as seconds.
+time between cycles goes unseen; the backend takes `throttle.active` from these
+ratios too, and calls the violation status only when they are missing. Ticks
+have no documented length, so the residencies are exported as ratios, never as
+seconds.
 
 Anything the table does not hold (an older amdsmi without the key, "N/A" from
 an older driver, the call unsupported) is absent, never zero.
@@ -127,6 +129,16 @@ class Residency:
             if before is not None and value >= before:
                 found.append(Reading(metric, (value - before) / elapsed, labels))
         return found
+
+
+def throttle_held(readings: list[Reading]) -> list[Reading]:
+    """`throttle.active` per reason from this cycle's residency ratios: 1 when it held at all.
+
+    amdsmi_get_violation_status applies the same rule to a 100 ms window it waits for on
+    every call; these ratios span the whole interval between two cycles and cost no wait.
+    """
+    return [Reading(m.THROTTLE_ACTIVE, 1.0 if r.value > 0 else 0.0, r.labels)
+            for r in readings if r.metric == m.THROTTLE_RESIDENCY]
 
 
 def xcp_readings(table: Mapping[str, Any] | None, residency: Residency) -> list[Reading]:
