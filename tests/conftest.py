@@ -3,11 +3,36 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import pynvml
 import pytest
+from nvml_session import shutdown_all
 
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.simulate import STATE_ENV, SimulatedHardware
+
+
+@pytest.fixture
+def nvml(tmp_path) -> Iterator[Callable[..., SimulatedHardware]]:
+    """start(scenario) -> hardware, activated in this process with NVML initialized."""
+    counter = iter(range(1000))
+    previous = os.environ.get(STATE_ENV)
+
+    def start(scenario: Any) -> SimulatedHardware:
+        hw = SimulatedHardware.start(scenario, state_dir=tmp_path / f"hw{next(counter)}")
+        hw.activate()
+        pynvml.nvmlInit()
+        return hw
+
+    shutdown_all()
+    yield start
+    shutdown_all()
+    if previous is None:
+        os.environ.pop(STATE_ENV, None)
+    else:
+        os.environ[STATE_ENV] = previous
 
 
 @pytest.fixture

@@ -20,11 +20,12 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
 import pytest
+from nvml_session import shutdown_all
 
 from ray_accel.exporter.simulate import (
     STATE_ENV,
@@ -57,32 +58,6 @@ def gpu(i: int, **keys: Any) -> dict[str, Any]:
 
 def address(handle: Any) -> int:
     return ctypes.cast(handle, ctypes.c_void_p).value or 0
-
-
-def shutdown_all() -> None:
-    """Brings the library's init count back to zero."""
-    for _ in range(20):
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            return
-
-
-@pytest.fixture
-def nvml(tmp_path: pathlib.Path) -> Iterator[Callable[..., SimulatedHardware]]:
-    """start(scenario) -> hardware, activated in this process with NVML initialized."""
-    counter = iter(range(1000))
-
-    def start(scenario: Any) -> SimulatedHardware:
-        hw = SimulatedHardware.start(scenario, state_dir=tmp_path / f"hw{next(counter)}")
-        hw.activate()
-        pynvml.nvmlInit()
-        return hw
-
-    shutdown_all()
-    yield start
-    shutdown_all()
-    os.environ.pop(STATE_ENV, None)
 
 
 def frozen(name: str, t: float) -> dict[str, Any]:

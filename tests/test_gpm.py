@@ -8,10 +8,7 @@ libnvidia-ml.so.1; the backend tests read the same hardware through
 from __future__ import annotations
 
 import ctypes
-import os
-import pathlib
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pynvml
@@ -21,7 +18,7 @@ from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.backends.nvidia import gpm as backend_gpm
 from ray_accel.exporter.model import DeviceSample
-from ray_accel.exporter.simulate import STATE_ENV, ScenarioError, SimulatedHardware, load_scenario
+from ray_accel.exporter.simulate import ScenarioError, SimulatedHardware, load_scenario
 from ray_accel.exporter.simulate.nvml_gpm import GPM_LINK_METRICS, GPM_METRICS
 
 MIB = 1024 * 1024
@@ -53,35 +50,6 @@ def values(sample: DeviceSample, metric: str, label: str) -> dict[str, float]:
 def gpm_readings(sample: DeviceSample) -> list[Any]:
     gpm_metrics = {m.ACTIVITY, m.PIPE_ACTIVITY, m.PCIE_THROUGHPUT, m.LINK_THROUGHPUT}
     return [r for r in sample.readings if r.metric in gpm_metrics]
-
-
-def shutdown_all() -> None:
-    for _ in range(20):
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            return
-
-
-@pytest.fixture
-def hardware(tmp_path: pathlib.Path) -> Iterator[Callable[[Any], SimulatedHardware]]:
-    """start(scenario) -> simulated hardware this process uses, NVML initialized."""
-    counter = iter(range(1000))
-    previous = os.environ.get(STATE_ENV)
-
-    def start(source: Any) -> SimulatedHardware:
-        hw = SimulatedHardware.start(source, state_dir=tmp_path / f"hw{next(counter)}")
-        hw.activate()
-        pynvml.nvmlInit()
-        return hw
-
-    shutdown_all()
-    yield start
-    shutdown_all()
-    if previous is None:
-        os.environ.pop(STATE_ENV, None)
-    else:
-        os.environ[STATE_ENV] = previous
 
 
 def move_to(hw: SimulatedHardware, t: float) -> None:
@@ -146,9 +114,9 @@ def test_bad_gpm_sections_are_refused():
 # --------------------------------------------------------------------------
 
 
-def test_metrics_are_the_signal_averages_between_two_samples(hardware):
+def test_metrics_are_the_signal_averages_between_two_samples(nvml):
     links = [SWITCH_LINK] * 2
-    hw = hardware(scenario(gpu(0, nvlinks=links, gpm={
+    hw = nvml(scenario(gpu(0, nvlinks=links, gpm={
         "graphics_util": {"keyframes": [[0, 0], [20, 100]], "interpolate": "linear"},
         "sm_util": 40,
         "pcie_tx_per_sec": 1000,
@@ -179,8 +147,8 @@ def test_metrics_are_the_signal_averages_between_two_samples(hardware):
         pynvml.nvmlGpmSampleFree(first)
 
 
-def test_samples_at_one_instant_give_the_signal_value(hardware):
-    hardware(scenario(gpu(0, gpm={"sm_util": {"keyframes": [[0, 0], [20, 100]]}})))
+def test_samples_at_one_instant_give_the_signal_value(nvml):
+    nvml(scenario(gpu(0, gpm={"sm_util": {"keyframes": [[0, 0], [20, 100]]}})))
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
     pynvml.nvmlGpmSampleGet(handle, first)
@@ -189,8 +157,8 @@ def test_samples_at_one_instant_give_the_signal_value(hardware):
     assert answer.nvmlReturn == 0 and answer.value == pytest.approx(50.0)
 
 
-def test_version_mismatch_is_answered_like_nvml(hardware):
-    hardware(scenario(gpu(0, gpm={"sm_util": 40})))
+def test_version_mismatch_is_answered_like_nvml(nvml):
+    nvml(scenario(gpu(0, gpm={"sm_util": 40})))
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     support = pynvml.c_nvmlGpmSupport_t()
     support.version = 2
@@ -212,8 +180,8 @@ def test_version_mismatch_is_answered_like_nvml(hardware):
     gpu(0, architecture="ampere", gpm={"sm_util": 40}),
     gpu(0, gpm_supported=False, gpm={"sm_util": 40}),  # a Hopper VM with GPM off
 ])
-def test_device_without_gpm_says_so_and_refuses_samples(hardware, device):
-    hardware(scenario(device))
+def test_device_without_gpm_says_so_and_refuses_samples(nvml, device):
+    nvml(scenario(device))
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice == 0
     sample = pynvml.nvmlGpmSampleAlloc()
@@ -222,8 +190,8 @@ def test_device_without_gpm_says_so_and_refuses_samples(hardware, device):
     pynvml.nvmlGpmSampleFree(sample)
 
 
-def test_mig_samples_are_per_gpu_instance_on_the_parent(hardware):
-    hw = hardware(scenario(gpu(0, mig_mode=True, mig_devices=[
+def test_mig_samples_are_per_gpu_instance_on_the_parent(nvml):
+    hw = nvml(scenario(gpu(0, mig_mode=True, mig_devices=[
         mig(1, 0, gpm={"sm_util": 70}),
         mig(2, 0, gpm={"sm_util": 20}),
     ])))
@@ -246,8 +214,8 @@ def test_mig_samples_are_per_gpu_instance_on_the_parent(hardware):
         pynvml.nvmlGpmSampleGet(mig_handle, samples[0])
 
 
-def test_injected_errors_apply_to_gpm_calls(hardware):
-    hardware(scenario(gpu(0, gpm={"sm_util": 40}), errors=[
+def test_injected_errors_apply_to_gpm_calls(nvml):
+    nvml(scenario(gpu(0, gpm={"sm_util": 40}), errors=[
         {"function": "nvmlGpmMetricsGet", "code": "TIMEOUT"}]))
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
