@@ -1,0 +1,99 @@
+"""Three trays of one GB200 NVL72 rack as the nodes of one real Ray cluster.
+
+Three nodes on 127.0.0.1 run `gb200-nvl72?tray=1`, `?tray=2` and `?tray=7` (frozen
+after tray 7's fabric degraded). `ray-accel deploy` starts an agent on each;
+`ray-accel dashboard` finds them through the GCS registry, as the module does
+inside Ray: its heatmap puts the three nodes in the rack's one NVLink domain, and
+its findings name tray 7's four GPUs, and only those, as fabric_unhealthy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from loopback_ray import LoopbackCluster
+from ray._common.network_utils import find_free_port
+
+from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
+
+TRAYS = (1, 2, 7)
+DEGRADED_TRAY = 7
+DOMAIN = "c7a4e0d2-5b19-4f3e-8d61-2a9f0b7c4e15/1"
+
+
+def _tray(tray: int) -> dict:
+    scenario = load_scenario(f"gb200-nvl72?tray={tray}")
+    scenario["freeze_at_s"] = 90.0  # after tray 7's fabric degraded (at 60 s)
+    return scenario
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[LoopbackCluster, dict[str, int]]]:
+    hardware = [SimulatedHardware.start(_tray(tray)) for tray in TRAYS]
+    cluster = LoopbackCluster(prefix="nvl-")
+    try:
+        tray_of = {cluster.start_head(hardware[0].environ(), "--num-cpus=1"): TRAYS[0]}
+        for hw, tray in zip(hardware[1:], TRAYS[1:], strict=True):
+            tray_of[cluster.add_node(hw.environ(), "--num-cpus=0")] = tray
+        deployed = subprocess.run(
+            [sys.executable, "-m", "ray_accel.exporter.cli", "deploy", "--address",
+             cluster.gcs_address, "--interval", "0.5", "--register-interval", "1",
+             "--wait", "120"],
+            env=cluster.env, capture_output=True, text=True, timeout=240)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        yield cluster, tray_of
+    finally:
+        cluster.stop()
+        for hw in hardware:
+            hw.close()
+
+
+def _get_json(url: str, token: str) -> dict:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def _dashboard_answers(cluster: LoopbackCluster) -> tuple[dict, dict]:
+    """`ray-accel dashboard` on the cluster: its heatmap and findings once every tray is in."""
+    port = find_free_port()
+    token = cluster.token.read_text().strip()
+    api = f"http://127.0.0.1:{port}/accelerators/api"
+    dashboard = subprocess.Popen(
+        [sys.executable, "-m", "ray_accel.exporter.cli", "dashboard", "--address",
+         cluster.gcs_address, "--port", str(port), "--refresh", "1"],
+        env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        nodes: dict = {}
+        for _ in range(90):
+            try:
+                nodes = _get_json(f"{api}/nodes", token)
+            except OSError:
+                nodes = {}
+            if len(nodes.get("nodes", ())) == len(TRAYS) and all(
+                    n["status"] == "ok" and n["device_count"] == 4 for n in nodes["nodes"]):
+                break
+            time.sleep(1)
+        return _get_json(f"{api}/heatmap", token), _get_json(f"{api}/findings", token)
+    finally:
+        dashboard.terminate()
+        dashboard.wait(timeout=15)
+
+
+def test_three_trays_of_one_rack_share_a_domain_and_only_tray_7_is_a_finding(cluster):
+    ray_cluster, tray_of = cluster
+    heatmap, findings = _dashboard_answers(ray_cluster)
+    assert {row["node_id"]: row["nvlink_domain"] for row in heatmap["nodes"]} == dict.fromkeys(
+        tray_of, DOMAIN)
+    uuids = {cell["uuid"] for row in heatmap["nodes"] for cell in row["devices"]}
+    assert len(uuids) == 4 * len(TRAYS)
+    fabric = [f for f in findings["findings"] if f["kind"] == "fabric_unhealthy"]
+    assert {tray_of[f["node_id"]] for f in fabric} == {DEGRADED_TRAY}
+    assert sorted(f["device_index"] for f in fabric) == ["0", "1", "2", "3"]
+    assert all("degraded_bandwidth" in f["message"] for f in fabric)
