@@ -11,7 +11,6 @@ next round, never a request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from ..exporter.agent_client import client_ssl_context, client_token
+from ..exporter.background import BackgroundTask
 from ..exporter.web_auth import auth_headers
 from .aggregate import ClusterView, NodeState, build_view, empty_view, history_values
 from .history import History
@@ -101,21 +101,16 @@ class Collector:
         self.last_round_duration_s: float | None = None
         self.discovery_error = ""
         self._session: aiohttp.ClientSession | None = None
-        self._task: asyncio.Task | None = None
+        self._refreshing = BackgroundTask("ray-accel-dashboard-refresh", self._loop)
         self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-accel-parse")
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         """Start refreshing in the background (the first round starts at once)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="ray-accel-dashboard-refresh")
+        self._refreshing.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._refreshing.stop()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -23,7 +23,6 @@ honour (cipher_suites, curve_preferences, ...) are refused rather than ignored.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from .background import BackgroundTask
 from .web_auth import BasicUsers
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class WebConfigWatcher:
         self.reloads = 0
         self.failed_reloads = 0
         self._stamps = _stamps(self.current.watched)
-        self._task: asyncio.Task | None = None
+        self._polling = BackgroundTask("ray-accel-web-config", self._poll)
         self._front = self.current.tls
         if self._front is not None:
             self._front.sni_callback = self._choose_context
@@ -221,15 +221,11 @@ class WebConfigWatcher:
         return True
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._poll(), name="ray-accel-web-config")
+        """Re-reads the file every `poll_s` until `stop`."""
+        self._polling.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._polling.stop()
 
     async def _poll(self) -> None:
         while True:
