@@ -6,7 +6,8 @@ Rules (docs/security.md):
   listens beyond loopback; a standalone agent on loopback requires no token
   unless a file is given;
 - `/metrics` needs credentials under `metrics_auth="token"`, the default beyond
-  loopback; `"none"` leaves it open (the default on loopback);
+  loopback and wherever basic-auth users are configured (exporter-toolkit's
+  meaning of them); `"none"` leaves it open (the default otherwise);
 - `/healthz` is always open (liveness probes, `ray-accel status`);
 - a web configuration file (web_config.py) adds TLS and basic-auth users; a
   basic-auth user is accepted wherever the token is.
@@ -73,7 +74,8 @@ class Exposure:
             self.token: str | None = read_token_file(settings.token_file)
         else:
             self.token = cluster_token() if deployed or not loopback else None
-        self.metrics_auth = settings.metrics_auth or ("none" if loopback else "token")
+        self.metrics_auth = settings.metrics_auth or (
+            "token" if not loopback or self.users() else "none")
         if settings.metrics_auth == "token" and self.token is None and not self.users():
             raise ExposureError("--metrics-auth token: there is no token to require (Ray's "
                                 "token authentication is off here and no --token-file or "
@@ -134,8 +136,9 @@ def add_exposure_arguments(parser) -> None:
     """The agent's exposure flags (see the module docstring for the defaults)."""
     group = parser.add_argument_group("Exposure (docs/security.md)")
     group.add_argument("--metrics-auth", choices=METRICS_AUTH_CHOICES,
-                       help="whether /metrics needs the token (default: token when listening "
-                            "beyond loopback, none on loopback)")
+                       help="whether /metrics needs credentials: the token or a basic-auth "
+                            "user (default: token when listening beyond loopback or with "
+                            "basic-auth users, else none)")
     group.add_argument("--token-file", metavar="FILE",
                        help="require this token (default: the cluster's Ray token when "
                             "listening beyond loopback and Ray's token authentication is on)")

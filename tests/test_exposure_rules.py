@@ -8,6 +8,7 @@ import time
 
 import pytest
 import yaml
+from tls_files import write_web_config
 
 from ray_accel.exporter import exposure
 from ray_accel.exporter.cluster.actors import DeploySettings
@@ -47,6 +48,16 @@ def test_token_file_wins_and_metrics_auth_is_explicit(ray_token_on, tmp_path):
         Exposure("10.1.2.3", ExposureSettings(token_file=str(tmp_path / "empty")))
     with pytest.raises(ExposureError, match="metrics auth must be one of"):
         ExposureSettings(metrics_auth="maybe")
+
+
+def test_basic_auth_users_guard_metrics_by_default(tmp_path):
+    web = write_web_config(tmp_path / "web.yml", users={"prometheus": "pw"})
+    resolved = Exposure("127.0.0.1", ExposureSettings(web_config_file=str(web)))
+    assert resolved.token is None and resolved.metrics_auth == "token"
+    assert resolved.policy.guarded("/metrics") and not resolved.policy.guarded("/healthz")
+    opened = Exposure("127.0.0.1", ExposureSettings(metrics_auth="none",
+                                                   web_config_file=str(web)))
+    assert not opened.policy.guarded("/metrics") and opened.policy.guarded("/api/v1/snapshot")
 
 
 def test_no_token_to_require_is_refused(monkeypatch):
