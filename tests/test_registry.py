@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from agent_process import AgentProcess
 from loopback_ray import LoopbackCluster
 from ray._raylet import AuthenticationTokenLoader
@@ -278,3 +279,14 @@ def test_sd_file_defaults_next_to_rays_own_on_the_head(cluster, registry):
     session_dir = (cluster.root / "ray" / "session_latest").resolve()
     assert f"wrote 0 target(s) to {session_dir / FILE_NAME}" in result.stdout
     assert json.loads((session_dir / FILE_NAME).read_text()) == []
+
+
+def test_sd_file_prints_the_matching_scrape_job(cluster, registry, tmp_path):
+    output = tmp_path / "targets.json"
+    result = cli(cluster, "sd-file", "--address", cluster.gcs_address, "--output", str(output),
+                 "--print-scrape-job", "--token-file", str(cluster.token))
+    assert result.returncode == 0, result.stderr
+    printed = yaml.safe_load(result.stdout.split("\n", 1)[1])
+    (job,) = printed["scrape_configs"]
+    assert job["file_sd_configs"] == [{"files": [str(output)]}]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": str(cluster.token)}
