@@ -95,6 +95,25 @@ def board() -> Board:
                                  f"({sel(m.NEURON_RUNTIME_HOST_MEMORY)})", "pid {{pid}}"),
                            unit="bytes"),
             ]),
+            Section("AMD XCCs and clock limits", [
+                timeseries("XCC graphics busy", "Share of time each XCC (accelerator die) of "
+                           "each XCP (compute partition) kept its graphics engine busy: one "
+                           "slow XCC drags a whole SPX GPU.",
+                           Query(sel(m.XCP_GFX_UTILIZATION),
+                                 DEVICE + " xcp {{xcp}} xcc {{xcc}}"),
+                           unit="percentunit", low=0, high=1),
+                timeseries("Graphics clock below the host limit", "Share of the time the "
+                           "graphics clock was held below the host's limit, by reason "
+                           "(power, thermal, low_utilization, any), on the most held XCC: "
+                           "low_utilization near 1 means the GPU had no work.",
+                           Query(f"max by (ray_node_id, vendor, index, reason) "
+                                 f"({sel(m.XCP_GFX_BELOW_HOST_LIMIT)})", DEVICE + " {{reason}}"),
+                           unit="percentunit", low=0, high=1),
+                timeseries("Throttle residency", "Share of the time each limiter held the "
+                           "device's clocks down since the previous sample.",
+                           Query(sel(m.THROTTLE_RESIDENCY), DEVICE + " {{reason}}"),
+                           unit="percentunit", low=0, high=1),
+            ]),
             Section("Devices", [
                 table("Devices", "Static facts about each device.",
                       Query(sel(m.DEVICE_INFO)), hidden=("Value", "SessionName", "simulated"),
