@@ -8,8 +8,9 @@ use it instead:
 - idle: graphics-engine activity below `IDLE_ACTIVITY` (Datadog's definition of
   an idle GPU is graphics activity 0); without activity, NVML utilization 0;
 - computing: SM or tensor activity above `SPIN_ACTIVITY`;
-- spinning (at this instant): utilization at or above `BUSY_UTILIZATION` while
-  SM and tensor activity both stay at or below `SPIN_ACTIVITY`.
+- spinning: utilization at or above `BUSY_UTILIZATION` while SM and tensor
+  activity both stay at or below `SPIN_ACTIVITY`, for `SPIN_WINDOW_S` in a row
+  (`SpinningWindow`; `ActivityView.spinning` is the instant's figure).
 
 `ActivityView.rule` says which rule judged a device: `activity` or
 `utilization`.
@@ -17,14 +18,16 @@ use it instead:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import catalog as m
-from .model import DeviceSample
+from .model import DeviceSample, Reading
 
 IDLE_ACTIVITY = 0.01
 SPIN_ACTIVITY = 0.05
 BUSY_UTILIZATION = 0.8
+SPIN_WINDOW_S = 10.0
 RULE_ACTIVITY = "activity"
 RULE_UTILIZATION = "utilization"
 
@@ -68,10 +71,33 @@ class ActivityView:
         return self.utilization >= BUSY_UTILIZATION and not computing
 
 
+class SpinningWindow:
+    """Since when one device has been spinning; the verdict once that lasted `window_s`."""
+
+    def __init__(self, window_s: float = SPIN_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._since: float | None = None
+
+    def update(self, view: ActivityView, now: float) -> bool | None:
+        """This cycle's verdict; None (and a fresh start) where the figures cannot tell."""
+        spinning = view.spinning
+        if not spinning:
+            self._since = None
+            return spinning
+        if self._since is None:
+            self._since = now
+        return now - self._since >= self.window_s
+
+
 def activity_of(sample: DeviceSample) -> ActivityView:
     """The utilization and engine activity figures of a sample."""
+    return view_of(sample.readings)
+
+
+def view_of(readings: Iterable[Reading]) -> ActivityView:
+    """The utilization and engine activity figures among a device's readings."""
     found: dict[str, float] = {}
-    for reading in sample.readings:
+    for reading in readings:
         if reading.metric == m.GPU_UTILIZATION and reading.labels == (("task", "general"),):
             found["utilization"] = reading.value
         elif reading.metric == m.ACTIVITY and reading.labels in _ENGINES:

@@ -212,6 +212,7 @@ GPU_UTILIZATION = "hw.gpu.utilization"
 MEMORY_BANDWIDTH_UTILIZATION = "ray.accelerator.memory.bandwidth.utilization"
 ACTIVITY = "ray.accelerator.activity"
 PIPE_ACTIVITY = "ray.accelerator.pipe.activity"
+DEVICE_SPINNING = "ray.accelerator.device.spinning"
 XCP_GFX_UTILIZATION = "ray.accelerator.amd.xcp.gfx.utilization"
 XCP_GFX_BELOW_HOST_LIMIT = "ray.accelerator.amd.xcp.gfx.below_host_limit"
 LINK_THROUGHPUT = "ray.accelerator.link.throughput"
@@ -315,6 +316,12 @@ CATALOG: tuple[MetricSpec, ...] = (
            "pipe was busy (NVIDIA GPM): tensor (any tensor operation), tensor_hmma, "
            "tensor_imma, tensor_dfma, tensor_dmma, fp64, fp32, fp16 (non-tensor math), "
            "integer.", "pipe"),
+    _gauge(DEVICE_SPINNING, "",
+           "1 once the device has been spinning for the whole spinning window (10 s): NVML "
+           "utilization at or above 80 % while its SM and tensor activity stay at most 5 % (a "
+           "kernel resident but not computing: a collective waiting on its peers, a polling "
+           "loop); else 0. Only where the device measures engine activity (GPM).",
+           valid=FLAG),
     _gauge(MEMORY_USAGE, "By", "Device memory in use.",
            valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
     _gauge(MEMORY_LIMIT, "By", "Total device memory."),

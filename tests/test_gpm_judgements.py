@@ -17,9 +17,18 @@ from agent_process import AgentProcess
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from ray_accel.exporter import catalog as m
-from ray_accel.exporter.activity import RULE_ACTIVITY, RULE_UTILIZATION, activity_of
+from ray_accel.exporter.activity import (
+    RULE_ACTIVITY,
+    RULE_UTILIZATION,
+    SPIN_WINDOW_S,
+    SpinningWindow,
+    activity_of,
+)
 from ray_accel.exporter.attribution.join import RULE_NO_CONTEXT, allocations
 from ray_accel.exporter.attribution.model import Holder, RayIdentity
+from ray_accel.exporter.backends.base import ErrorTally
+from ray_accel.exporter.backends.nvidia.calls import DeviceCalls
+from ray_accel.exporter.backends.nvidia.gpm import GpmActivity
 from ray_accel.exporter.collective import CollectiveStallDetector, CollectiveStallSettings
 from ray_accel.exporter.model import Device, DeviceSample, Link, ProcessSample, Reading, labels_of
 from ray_accel.exporter.simulate import SimulatedHardware
@@ -77,6 +86,36 @@ def test_spinning_is_busy_utilization_without_sm_or_tensor_work():
     assert activity_of(sample(utilization=1.0)).spinning is None  # no GPM: cannot tell
 
 
+def test_spinning_needs_the_whole_window():
+    window = SpinningWindow(window_s=10.0)
+    spin = activity_of(sample(utilization=1.0, graphics=1.0, sm=0.02, tensor=0.0))
+    work = activity_of(sample(utilization=1.0, graphics=1.0, sm=0.9, tensor=0.5))
+    verdicts = [window.update(view, t) for t, view in
+                ((0, spin), (5, spin), (10, spin), (11, work), (12, spin), (21, spin), (22, spin))]
+    assert verdicts == [False, False, True, False, False, False, True]
+    assert window.update(activity_of(sample(utilization=1.0)), 30) is None  # no GPM
+
+
+def test_backend_says_spinning_after_the_window(nvml):
+    nvml({"name": "t", "freeze_at_s": 10, "devices": [
+        _gpu(gpm={"graphics_util": 100, "sm_util": 2, "any_tensor_util": 0}),
+        _gpu(1, gpm={"graphics_util": 100, "sm_util": 93, "any_tensor_util": 70})]})
+    now = [0.0]
+    devices = [(GpmActivity(clock=lambda: now[0]), DeviceCalls(ErrorTally()),
+                pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(2)]
+
+    def spinning() -> list[list[float]]:
+        return [[r.value for r in gpm.read(calls, handle, 1.0) if r.metric == m.DEVICE_SPINNING]
+                for gpm, calls, handle in devices]
+
+    assert spinning() == [[], []]  # the first cycle measures nothing
+    assert spinning() == [[0.0], [0.0]]
+    now[0] += SPIN_WINDOW_S
+    assert spinning() == [[1.0], [0.0]]  # busy while computing is not spinning
+    gpm, calls, handle = devices[0]
+    assert not any(r.metric == m.DEVICE_SPINNING for r in gpm.read(calls, handle, None))
+
+
 # --------------------------------------------------------------------------
 # Holders
 # --------------------------------------------------------------------------
@@ -99,6 +138,14 @@ def test_fractional_holders_keep_their_process_figures_and_are_shared():
                                processes=(process(10, 0.6), process(11, 0.0))), holders)
     assert [(a.holder.identity.pid, a.idle, a.rule, a.shared) for a in found] == [
         (10, False, RULE_UTILIZATION, True), (11, True, RULE_UTILIZATION, True)]
+
+
+def test_a_whole_holder_of_a_spinning_device_is_spinning_not_idle():
+    spinning = sample(utilization=1.0, graphics=1.0, sm=0.02, processes=(process(10, 1.0),))
+    spinning = DeviceSample(DEVICE, True, 0.0, readings=(
+        *spinning.readings, Reading(m.DEVICE_SPINNING, 1.0)), processes=spinning.processes)
+    found = allocations(spinning, {"GPU-0": (holder(10),)})
+    assert [(a.idle, a.spinning, a.rule) for a in found] == [(False, True, RULE_ACTIVITY)]
 
 
 def test_a_holder_without_a_context_is_idle_whatever_the_device_does():
@@ -138,9 +185,9 @@ def test_a_compute_bound_device_with_flat_links_is_not_suspected():
 # --------------------------------------------------------------------------
 
 
-def _gpu(**keys: Any) -> dict[str, Any]:
-    return {"name": "NVIDIA H100", "uuid": "GPU-00000000-0000-4000-8000-000000000000",
-            "pci_bus_id": "00000000:10:00.0", "architecture": "hopper", **keys}
+def _gpu(index: int = 0, **keys: Any) -> dict[str, Any]:
+    return {"name": "NVIDIA H100", "uuid": f"GPU-00000000-0000-4000-8000-{index:012x}",
+            "pci_bus_id": f"00000000:{0x10 + index:02X}:00.0", "architecture": "hopper", **keys}
 
 
 def _sm_activity(first: Any, second: Any) -> float:
@@ -208,3 +255,12 @@ def test_agent_suspects_the_spinning_gpus_not_the_compute_bound_one(tmp_path: pa
         sm = {s.labels["index"]: s.value for f in families for s in f.samples
               if s.name == "ray_accelerator_activity_ratio" and s.labels["engine"] == "sm"}
         assert sm["0"] == pytest.approx(0.02, abs=0.01) and sm["2"] > 0.9
+        # a state of its own once it lasted the spinning window; GPU 2 computes
+        doc = agent.wait_for(lambda d: [spinning_of(x) for x in d["devices"]][:3]
+                             == [1.0, 1.0, 0.0], timeout=SPIN_WINDOW_S + 10)
+        assert [spinning_of(x) for x in doc["devices"]][3:] == [0.0] * 5
+
+
+def spinning_of(device: dict[str, Any]) -> float | None:
+    values = device["values"].get(m.DEVICE_SPINNING)
+    return values[0]["value"] if values else None

@@ -25,12 +25,14 @@ class Allocation:
     """A holder of a device, whether it did anything on it in the last cycle, and by which rule.
 
     `rule` is `activity` (the device's engine activity), `utilization` (NVML
-    utilization, the process's or the device's) or `no_context`.
+    utilization, the process's or the device's) or `no_context`. `spinning`: the
+    holder has the whole device, and the device spins (busy, not computing).
     """
 
     holder: Holder
     idle: bool
     rule: str = RULE_UTILIZATION
+    spinning: bool = False
 
     @property
     def shared(self) -> bool:
@@ -49,7 +51,9 @@ def _judge(holder: Holder, process: ProcessSample | None, sample: DeviceSample,
         # assigned by Ray, but the worker never created a context here
         return Allocation(holder, idle=True, rule=RULE_NO_CONTEXT)
     if holder.fraction >= WHOLE and activity.rule == RULE_ACTIVITY:
-        return Allocation(holder, idle=bool(activity.idle), rule=RULE_ACTIVITY)
+        spinning = _value(sample.readings, m.DEVICE_SPINNING) == 1.0
+        return Allocation(holder, idle=bool(activity.idle), rule=RULE_ACTIVITY,
+                          spinning=spinning)
     return Allocation(holder, idle=not _busy(process, sample))
 
 

@@ -46,7 +46,7 @@ def _holders(sample: DeviceSample, snapshot: NodeSnapshot) -> dict[str, Any]:
         "allocated": sum(a.holder.fraction for a in found) if sample.up else None,
         "holders": [
             {**_identity(a.holder.identity), "fraction": a.holder.fraction, "idle": a.idle,
-             "idle_rule": a.rule, "shared": a.shared}
+             "idle_rule": a.rule, "shared": a.shared, "spinning": a.spinning}
             for a in found
         ],
     }

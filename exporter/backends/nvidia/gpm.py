@@ -20,12 +20,13 @@ import ctypes
 import struct
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pynvml
 
 from ... import catalog as m
+from ...activity import SpinningWindow, view_of
 from ...model import Reading, labels_of
 from .calls import DeviceCalls
 
@@ -131,9 +132,15 @@ class GpmActivity:
         self._request = _Request(GPM_METRICS)
         self._pruned = False
         self._suspended_until = 0.0
+        self._spinning = SpinningWindow()
 
-    def read(self, nvml: DeviceCalls, handle: Any) -> Iterator[Reading]:
-        """This cycle's GPM readings of the device `handle` names (none on the first cycle)."""
+    def read(self, nvml: DeviceCalls, handle: Any,
+             utilization: float | None = None) -> Iterator[Reading]:
+        """This cycle's GPM readings of the device `handle` names (none on the first cycle).
+
+        With the device's NVML `utilization` (0-1) of this cycle, the readings end with
+        the spinning verdict (exporter/activity.py) once the window can tell.
+        """
         if not self._ready(nvml, handle):
             return
         if self._clock() < self._suspended_until:
@@ -155,7 +162,12 @@ class GpmActivity:
                                                  every_cycle=True))
         self._previous, self._spare = self._spare, self._previous
         if answered:
-            yield from self._readings()
+            readings = self._readings()
+            yield from readings
+            view = replace(view_of(readings), utilization=utilization)
+            spinning = self._spinning.update(view, self._clock())
+            if spinning is not None:
+                yield Reading(m.DEVICE_SPINNING, 1.0 if spinning else 0.0)
 
     def _ready(self, nvml: DeviceCalls, handle: Any) -> bool:
         """Whether GPM can be asked for this device; works out its sample source once."""

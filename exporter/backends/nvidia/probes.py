@@ -54,8 +54,9 @@ class DeviceState:
 Probe = Callable[[DeviceCalls, Any, DeviceState], Iterable[Reading]]
 
 
-def utilization(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
+def utilization(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Reading]:
     rates = nvml.call(pynvml.nvmlDeviceGetUtilizationRates, handle)
+    state.extra["utilization"] = rates.gpu / 100 if rates is not None else None  # for activity
     if rates is not None:
         yield reading(m.GPU_UTILIZATION, rates.gpu / 100, task="general")
         yield reading(m.MEMORY_BANDWIDTH_UTILIZATION, rates.memory / 100)
@@ -162,11 +163,12 @@ def memory_health(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Re
 
 
 def activity(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Reading]:
-    """GPM engine, pipe and link activity since the last cycle (Hopper and newer)."""
+    """GPM engine, pipe and link activity since the last cycle (Hopper and newer), and
+    whether the device spins (judged with this cycle's utilization, read before)."""
     gpm = state.extra.get("gpm")
     if gpm is None:
         gpm = state.extra["gpm"] = GpmActivity()
-    yield from gpm.read(nvml, handle)
+    yield from gpm.read(nvml, handle, state.extra.get("utilization"))
 
 
 DEVICE_PROBES: tuple[Probe, ...] = (
