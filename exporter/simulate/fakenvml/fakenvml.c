@@ -100,6 +100,7 @@
 #define WAIT_STEP_S 0.020
 #define PCIE_SAMPLE_S 0.020
 #define ENCODER_SAMPLING_US 167000u
+#define PROCESS_SAMPLING_US 167000ull /* how often the driver samples per-process use */
 #define DEFAULT_MAX_MIG_DEVICES 7
 
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
@@ -2318,9 +2319,11 @@ NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t devi
 }
 
 /* Entry shared by the two per-process utilization queries: every process of a
- * physical GPU has one sample, stamped now; MIG devices have none. The stamp is
- * the wall clock, as the driver's are, even while simulated time is frozen: a
- * frozen stamp would never pass a caller's last-seen timestamp again. */
+ * physical GPU has one sample, taken at the start of the current sampling
+ * period; MIG devices have none. The stamp is the wall clock, as the driver's
+ * are, even while simulated time is frozen: a frozen stamp would never pass a
+ * caller's last-seen timestamp again. Within one period a caller passing the
+ * newest stamp it saw gets NOT_FOUND, as from the driver's sample buffer. */
 static nvmlReturn_t enter_process_samples(const char *fn, nvmlDevice_t h, unsigned long long last_seen, call_t *c,
                                           unsigned long long *stamp)
 {
@@ -2329,7 +2332,8 @@ static nvmlReturn_t enter_process_samples(const char *fn, nvmlDevice_t h, unsign
         return rc;
     if (c->mig >= 0 || !c->dev->procs.present)
         return leave(NVML_ERROR_NOT_SUPPORTED);
-    *stamp = (unsigned long long)to_ll(realtime_now() * 1e6);
+    unsigned long long now_us = (unsigned long long)to_ll(realtime_now() * 1e6);
+    *stamp = now_us - now_us % PROCESS_SAMPLING_US;
     if (visible_processes(c->dev) == 0 || *stamp <= last_seen)
         return leave(NVML_ERROR_NOT_FOUND);
     return NVML_SUCCESS;
