@@ -95,6 +95,14 @@ class Worker:
 
 
 @dataclass
+class _Identified:
+    """What a discovery job found (set as soon as known), then each device's first read."""
+
+    devices: list[Device]
+    reads: list[DeviceSample | BaseException] = field(default_factory=list)
+
+
+@dataclass
 class _Discovery:
     """A listed device still to be identified; `reason` says why it is not yet."""
 
@@ -121,6 +129,9 @@ class BackendRunner:
     last: dict[str, DeviceSample] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
     undiscovered: dict[str, _Discovery] = field(default_factory=dict)  # by placeholder uuid
+    # Set by a discovery job once its device is identified, before its first read.
+    identified: dict[str, _Identified] = field(default_factory=dict)  # by placeholder uuid
+    first_reads: set[str] = field(default_factory=set)  # read by a discovery job in flight
     answered_at: dict[str, float] = field(default_factory=dict)  # taken_at of the last answer
     stale: set[str] = field(default_factory=set)
     opener: Worker | None = None
@@ -153,10 +164,12 @@ class BackendRunner:
             return
         for device in list(self.devices):
             future = self.workers[device.uuid].take_result()
-            if future is None:
-                continue
             if device.uuid in self.undiscovered:
                 self._take_discovery(device, future, now, tally)
+            elif future is None:
+                continue
+            elif future.exception() is None and isinstance(future.result(), _Identified):
+                self._take_first_reads(future.result(), tally)
             else:
                 self._take_sample(self._sample_result(device, future, tally))
         for device in self.devices:
@@ -228,6 +241,8 @@ class BackendRunner:
         for device in self.devices:
             discovery = self.undiscovered.get(device.uuid)
             worker = self.workers[device.uuid]
+            if device.uuid in self.first_reads:
+                continue  # its discovery job reads it first
             if discovery is None:
                 future = worker.submit(self.backend.sample, device)
             elif now >= discovery.retry_at:
@@ -240,47 +255,63 @@ class BackendRunner:
                 pending.append(future)
         return pending
 
-    def _discover_and_sample(self, pending: Undiscovered
-                             ) -> list[tuple[Device, DeviceSample | BaseException]]:
-        """On the device's worker: identify it, then read each device found once."""
-        found: list[tuple[Device, DeviceSample | BaseException]] = []
-        for device in self.backend.discover(pending):
+    def _discover_and_sample(self, pending: Undiscovered) -> _Identified:
+        """On the device's worker: identify it (and say so at once), then read each device found."""
+        identified = _Identified(list(self.backend.discover(pending)))
+        self.identified[pending.placeholder.uuid] = identified
+        for device in identified.devices:
             try:
-                found.append((device, self.backend.sample(device)))
-            except Exception as error:  # turned into a down sample by _take_discovery
-                found.append((device, error))
-        return found
+                identified.reads.append(self.backend.sample(device))
+            except Exception as error:  # turned into a down sample by _take_first_reads
+                identified.reads.append(error)
+        return identified
 
-    def _take_discovery(self, placeholder: Device, future: futures.Future, now: float,
+    def _take_discovery(self, placeholder: Device, future: futures.Future | None, now: float,
                         tally: ErrorTally) -> None:
-        discovery = self.undiscovered[placeholder.uuid]
-        error = future.exception()
-        if error is not None:
-            reason = _describe(error)
-            level = logging.DEBUG if reason == discovery.reason else logging.WARNING
-            discovery.reason, discovery.failed = reason, True
-            discovery.retry_at = now + self.retry_s
-            self.stale.discard(placeholder.uuid)
-            if not isinstance(error, (BackendUnavailable, DeviceDown)):  # not the vendor's
-                tally.count("internal", f"{self.backend.name}.discover")
-                level = logging.ERROR
-            log.log(level, "%s device %s could not be identified: %s (retrying every %.0f s)",
-                    self.backend.name, placeholder.index, reason, self.retry_s)
+        """A device identified (it joins, under its own uuid), or why it could not be."""
+        identified = self.identified.pop(placeholder.uuid, None)
+        if future is not None and future.exception() is not None:
+            self._discovery_failed(placeholder, future.exception(), now, tally)
             return
-        found = future.result()
+        if identified is None and future is None:
+            return  # still in flight
+        identified = identified or future.result()
+        found = identified.devices
         position = self.devices.index(placeholder)
-        self.devices[position:position + 1] = [device for device, _ in found]
+        self.devices[position:position + 1] = found
         worker = self.workers.pop(placeholder.uuid)
         del self.undiscovered[placeholder.uuid]
         self.last.pop(placeholder.uuid, None)
         self.stale.discard(placeholder.uuid)
-        for number, (device, sample) in enumerate(found):
+        for number, device in enumerate(found):
             self.workers[device.uuid] = worker if number == 0 else self._worker(device)
-            if isinstance(sample, BaseException):
-                sample = self._failed_sample(device, sample, tally)
-            self._take_sample(sample)
         log.info("%s device %s identified: %s", self.backend.name, placeholder.index,
-                 ", ".join(device.uuid for device, _ in found) or "nothing")
+                 ", ".join(device.uuid for device in found) or "nothing")
+        if future is None:  # its first reads are still running on that worker
+            self.first_reads.update(device.uuid for device in found)
+        else:
+            self._take_first_reads(identified, tally)
+
+    def _take_first_reads(self, identified: _Identified, tally: ErrorTally) -> None:
+        self.first_reads.difference_update(d.uuid for d in identified.devices)
+        for device, read in zip(identified.devices, identified.reads, strict=True):
+            if isinstance(read, BaseException):
+                read = self._failed_sample(device, read, tally)
+            self._take_sample(read)
+
+    def _discovery_failed(self, placeholder: Device, error: BaseException, now: float,
+                          tally: ErrorTally) -> None:
+        discovery = self.undiscovered[placeholder.uuid]
+        reason = _describe(error)
+        level = logging.DEBUG if reason == discovery.reason else logging.WARNING
+        discovery.reason, discovery.failed = reason, True
+        discovery.retry_at = now + self.retry_s
+        self.stale.discard(placeholder.uuid)
+        if not isinstance(error, (BackendUnavailable, DeviceDown)):  # not the vendor's
+            tally.count("internal", f"{self.backend.name}.discover")
+            level = logging.ERROR
+        log.log(level, "%s device %s could not be identified: %s (retrying every %.0f s)",
+                self.backend.name, placeholder.index, reason, self.retry_s)
 
     def _take_sample(self, sample: DeviceSample) -> None:
         uuid = sample.device.uuid

@@ -38,6 +38,7 @@ class SplitBackend(Backend):
         self.hang: dict[str, threading.Event] = {}  # index -> released when set
         self.fail: dict[str, int] = {}  # index -> discoveries that raise before one works
         self.discoveries: dict[str, int] = {}
+        self.slow_reads: dict[str, threading.Event] = {}  # index -> released when set
 
     def open(self):
         raise AssertionError("the sampler opens through open_library")
@@ -57,6 +58,8 @@ class SplitBackend(Backend):
         return [Device("test", index, f"dev-{index}", "Test GPU")]
 
     def sample(self, device: Device) -> DeviceSample:
+        if device.index in self.slow_reads:
+            self.slow_reads[device.index].wait(30)
         return DeviceSample(device, up=True, taken_at=time.time(),
                             readings=(Reading(m.POWER, 100.0),))
 
@@ -96,6 +99,24 @@ def test_a_device_hanging_at_discovery_hides_no_other_and_joins_when_it_answers(
     assert all(d.up and not d.stale for d in joined.devices)
     body, code = health(joined, sampler_alive=True, now=joined.taken_at)
     assert (body["status"], body["not_answering"]) == ("ok", [])
+
+
+def test_a_device_identified_but_slow_to_read_joins_at_once_and_is_stale_until_read():
+    backend = SplitBackend()
+    release = backend.slow_reads["2"] = threading.Event()
+    sampler = Sampler([backend], SnapshotStore(), interval_s=0.2)
+    try:
+        snapshot = sampler.run_cycle()
+        assert [d.device.uuid for d in snapshot.devices] == ["dev-0", "dev-1", "dev-2"]
+        slow = _by_index(snapshot)["2"]
+        assert not slow.up and slow.stale and "stale" in slow.errors["sample"]
+        sampler.run_cycle()
+        assert backend.discoveries["2"] == 1
+    finally:
+        release.set()
+    time.sleep(0.05)
+    read = _by_index(sampler.run_cycle())["2"]
+    assert read.up and read.readings == (Reading(m.POWER, 100.0),)
 
 
 def test_a_device_that_fails_discovery_is_down_with_why_and_tried_again():
