@@ -10,8 +10,8 @@ from .rules_file import anchor
 INTRO = """\
 # Alert rules
 
-Generated from `grafana/alerts/rules.py` by `make grafana` (`ray-accel grafana`);
-do not edit by hand. Each rule's `runbook_url` points at its section below.
+Generated from `grafana/alerts/groups/` (one module per rule group) by `make grafana`
+(`ray-accel grafana`); do not edit by hand. Each rule's `runbook_url` points at its section below.
 
 ## Loading the rules
 
