@@ -132,16 +132,17 @@ def test_prometheus_fires_the_xid_alert_for_a_gpu_lost_between_scrapes(node, tmp
         with PrometheusServer(config, tmp_path / "prometheus",
                               {"ray-accel-alerts.yml": rules}) as prometheus:
 
-            def scrapes() -> float:
+            def last_scrape() -> str:
                 (target,) = prometheus.targets("ray-accel")
-                if target["health"] != "up":
-                    return 0.0
-                return time.time()
+                return target["lastScrape"] if target["health"] == "up" else ""
 
-            wait_until(scrapes, "a first scrape of the agent")
+            scraped = wait_until(last_scrape, "a first scrape of the agent")
             up = prometheus.query(f'ray_accelerator_device_up{{index="{LOST}"}}')
             assert up and up[0]["value"][1] == "1"
-            _storm_then("lost", node)  # right after a scrape: all of it before the next
+            # Right after the next scrape: the storm and the loss fall before the one after.
+            wait_until(lambda: last_scrape() not in ("", scraped), "a second scrape",
+                       timeout=3 * SCRAPE_S, every=0.1)
+            _storm_then("lost", node)
             alerts = prometheus.wait_until(
                 lambda: [a for a in prometheus.firing("RayAcceleratorXidError")
                          if a["labels"]["index"] == str(LOST)],
