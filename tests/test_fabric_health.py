@@ -8,8 +8,10 @@ degrades mid-run shows in the next sample of the same open backend.
 from __future__ import annotations
 
 import copy
+import ctypes
 import time
 
+import pynvml
 import pytest
 
 from ray_accel.exporter import catalog as m
@@ -122,6 +124,23 @@ def test_health_changes_mid_run_are_read_by_the_open_backend(open_backend):
     assert issues(after)["degraded_bandwidth"] == 1
     assert fabric_readings(after)[(m.FABRIC_HEALTH_SUMMARY, ())] == 2
     assert info(after)["health_summary"] == "unhealthy"
+
+
+def test_every_fabric_call_of_the_binding_follows_the_step_signals(open_backend):
+    registering = {"state": {"keyframes": [[0, "IN_PROGRESS"], [20, "COMPLETED"]]},
+                   "status": {"keyframes": [[0, "NOT_READY"], [20, "SUCCESS"]]},
+                   "health_mask": {"keyframes": [[0, 0], [20, 1 << 2]]}}
+    for at_s, (state, status, mask) in ((10, (2, 27, 0)), (30, (3, 0, 1 << 2))):
+        _, _, hardware = open_backend(scenario(registering, freeze_at_s=at_s, devices=1))
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        old = pynvml.c_nvmlGpuFabricInfo_t()  # the deprecated call: no version, no mask
+        pynvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(old))
+        assert (old.state, old.status, old.cliqueId) == (state, status, 7)
+        v2 = pynvml.c_nvmlGpuFabricInfo_v2_t()
+        pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(v2))
+        assert (v2.state, v2.status, v2.healthMask) == (state, status, mask)
+        assert bytes(v2.clusterUuid).hex() == CLUSTER.replace("-", "")
+        hardware.close()
 
 
 def test_a_fabric_still_registering_has_its_state_and_no_summary(open_backend):
