@@ -6,9 +6,12 @@ parent's handle) and computes every metric over the interval since the
 previous cycle's sample, so no extra thread and no sleep; the first cycle has
 no values. The two sample buffers are allocated once and swapped.
 
+With the cycle's NVML utilization it also judges whether the device spins
+(busy, not computing: exporter/activity.py) and exports that verdict.
+
 A device without GPM (Ampere and older, or a VM where it is off) has no GPM
-series at all, never zeros, and its sample says so once in its errors
-(`gpm: not_supported`). A GPM call that fails costs only the GPM values of its
+series at all, never zeros, and its samples say so in one entry of their
+errors (`gpm: not_supported`). A GPM call that fails costs only the GPM values of its
 device (through `DeviceCalls`); one that takes longer than `SLOW_CALL_S` of
 wall time suspends GPM on the device for `SUSPEND_S`, so a slow driver cannot
 hold up the device's other values cycle after cycle.
