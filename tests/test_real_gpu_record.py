@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "real-gpu" / "real-gpu.json"
 # Answers that depend on the machine: the recorded one has no NVLink.
 NVLINK_ONLY = {"nvlink_version_0", "nvlink_remote_type_0"}
+# Calls the recorder learnt after the committed record was taken: compared once a lent
+# GPU has recorded them.
+RECORDED_SINCE = {"board"}
 
 
 def _recorder():
@@ -52,7 +55,7 @@ def records() -> tuple[dict, dict]:
 def test_every_call_answers_in_the_same_shape(records):
     real, simulated = records
     real_raw, simulated_raw = real["raw"]["0"], simulated["raw"]["0"]
-    assert set(real_raw) == set(simulated_raw)
+    assert set(real_raw) == set(simulated_raw) - (RECORDED_SINCE - set(real_raw))
     for call in sorted(set(real_raw) - NVLINK_ONLY):
         assert _shape(simulated_raw[call]) == _shape(real_raw[call]), call
     fields = {f["id"]: f for f in simulated_raw["fields"]}
