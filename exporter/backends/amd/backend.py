@@ -86,7 +86,8 @@ class AmdBackend(HandleBackend[_Tracked]):
             handles = list(library.amdsmi_get_processor_handles())
         except library.AmdSmiException as error:
             self.close()
-            raise BackendUnavailable(f"amdsmi lists no GPUs: {_describe(error)}") from None
+            raise unavailable(f"amdsmi lists no GPUs: {_describe(error)}",
+                              _DEVICE_NODES) from None
         self._tracked = {}
         self._facts = self._read_facts(library, handles)
         self._discover(library, handles)

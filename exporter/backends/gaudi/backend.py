@@ -64,7 +64,7 @@ class GaudiBackend(HandleBackend[_Tracked]):
             raise BackendUnavailable(f"HLML lists no devices: {error_kind(error)}") from None
         if not count:
             self.close()
-            raise BackendUnavailable("HLML found no Gaudi devices")
+            raise unavailable("HLML found no Gaudi devices", _DEVICE_NODES)
         self._facts = self._read_facts(library)
         self._tracked = {}
         for index in range(count):

@@ -28,6 +28,7 @@ from .report import Hardware, ReportError, hardware_of
 
 DEFAULT_PERIOD_S = 1.0
 OPEN_TIMEOUT_S = 15.0
+_DEVICE_NODES = ("/dev/neuron[0-9]*",)  # the Neuron driver's device files
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class NeuronBackend(Backend):
         try:
             executable = find_monitor()
         except BackendUnavailable as error:  # absent, unless the host has Neuron devices
-            raise unavailable(str(error), ("/dev/neuron[0-9]*",)) from None
+            raise unavailable(str(error), _DEVICE_NODES) from None
         self.close()
         monitor = Monitor(executable, self.period_s, self.errors, backoff_s=self._backoff_s,
                           silent_restart_s=max(3 * self.stale_after_s, 15.0))
@@ -92,7 +93,8 @@ class NeuronBackend(Backend):
             except ReportError as error:
                 raise BackendUnavailable(str(error)) from None
             if hardware.device_count <= 0 or hardware.cores_per_device <= 0:
-                raise BackendUnavailable("no Neuron devices found (neuron-monitor reports none)")
+                raise unavailable("no Neuron devices found (neuron-monitor reports none)",
+                                  _DEVICE_NODES)
         except BackendUnavailable:
             monitor.close()
             raise
