@@ -13,7 +13,9 @@ Every device user starts using its devices the way the simulated vendor
 library sees it: a GPU user opens a simulated CUDA context, a TPU user opens
 its chips' device files, a Neuron user starts a simulated Neuron runtime on
 its NeuronCores, a Gaudi user loads its cards (HLML sees the load, not the
-process). The idle holder never does.
+process). The idle holder never does. The `spinner` role (GPUs only, not in
+the default roles) holds a whole GPU and keeps it busy with its SMs nearly
+idle, as a worker stuck in a hung collective does.
 """
 
 from __future__ import annotations
@@ -126,6 +128,20 @@ class IdleHolder:
 
 
 @ray.remote
+class Spinner:
+    """Holds a whole GPU and spins on it: busy by NVML, SMs nearly idle (a hung collective)."""
+
+    def __init__(self) -> None:
+        from ..simulate.contexts import open_context
+
+        open_context(memory_bytes=20 * GiB, sm_percent=100, memory_percent=1,
+                     sm_activity_percent=2)
+
+    def identity(self) -> dict:
+        return identity("spinner")
+
+
+@ray.remote
 class Server:
     """Half a GPU each; two of them share one device."""
 
@@ -167,6 +183,9 @@ def start(out: Path, roles: list[str], accelerator: Accelerator = ACCELERATORS["
     if "idle" in roles:
         handles["idle"] = IdleHolder.options(**accelerator.request(1)).remote()
         reports.append(handles["idle"].identity.remote())
+    if "spinner" in roles and accelerator.resource == "GPU":
+        handles["spinner"] = Spinner.options(**accelerator.request(1)).remote()
+        reports.append(handles["spinner"].identity.remote())
     if "servers" in roles and accelerator.fractional:
         for name in ("server-a", "server-b"):
             handles[name] = Server.options(**accelerator.request(0.5)).remote(accelerator)

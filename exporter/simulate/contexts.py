@@ -50,17 +50,22 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def open_context(memory_bytes: int = 0, sm_percent: int = 0, memory_percent: int = 0) -> int:
+def open_context(memory_bytes: int = 0, sm_percent: int = 0, memory_percent: int = 0,
+                 sm_activity_percent: float | None = None) -> int:
     """List this process on its visible simulated GPUs; returns how many devices it is on.
 
     Does nothing (returns 0) when CUDA_VISIBLE_DEVICES is empty. With it unset,
-    every device is visible, as for CUDA.
+    every device is visible, as for CUDA. `sm_activity_percent` is the SM
+    activity GPM sees from it where that is not `sm_percent`: a kernel that spins
+    (waiting on a hung collective) keeps the GPU busy with its SMs nearly idle.
     """
     hardware = SimulatedHardware.attach()
     visible = next((os.environ[v] for v in _VISIBLE if v in os.environ), None)
     entry = {"pid": os.getpid(), "used_memory_bytes": int(memory_bytes),
              "sm_percent": int(sm_percent), "memory_percent": int(memory_percent),
              "while_alive": True}
+    if sm_activity_percent is not None:
+        entry["sm_activity_percent"] = float(sm_activity_percent)
     amd_entry = {"pid": entry["pid"], "used_memory_bytes": entry["used_memory_bytes"],
                  "gfx_percent": entry["sm_percent"], "while_alive": True}
     placed = []

@@ -99,9 +99,13 @@ def _check_processes(value: Any, path: str, max_percent: int = 100) -> None:
                 "decoder_percent",
                 "type",
                 "while_alive",
+                "sm_activity_percent",
             ),
             required=("pid",),
         )
+        if proc.get("sm_activity_percent") is not None:
+            checks.number(proc["sm_activity_percent"], f"{where}.sm_activity_percent", lo=0,
+                          hi=100)
         checks.boolean(proc.get("while_alive", False), f"{where}.while_alive")
         checks.integer(proc["pid"], f"{where}.pid", lo=1, hi=2**32 - 1)
         checks.integer(proc.get("used_memory_bytes", 0), f"{where}.used_memory_bytes", lo=0)

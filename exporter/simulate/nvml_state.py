@@ -157,6 +157,8 @@ def _process_lines(processes: Sequence[Mapping[str, Any]]) -> list[str]:
             p.get("decoder_percent", 0),
         )
         flags = " live" if p.get("while_alive") else ""
+        if p.get("sm_activity_percent") is not None:
+            flags += f" sm_activity {_num(p['sm_activity_percent'])}"
         lines.append("process " + " ".join(_num(v) for v in values) + flags)
     return lines
 

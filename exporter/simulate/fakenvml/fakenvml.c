@@ -45,7 +45,9 @@
  * percentages capped at 100, unless the device has "raw_values 1" (section
  * "Raw values"). Lists are announced by a count line, then items:
  *   processes <n>   process <pid> <1 compute|2 graphics|3 both> <used bytes> <sm%> <mem%> <enc%> <dec%> [live]
- *                   ("live": listed only while a process with that pid exists)
+ *                   [sm_activity <%>]
+ *                   ("live": listed only while a process with that pid exists;
+ *                   "sm_activity": the SM activity GPM sees from it, default its sm%)
  *   xid_events <n>  xid <at_s> <xid>
  *   nvlinks <n>     nvlink <active 0|1> <version> <remote device type> <remote pci bus id>
  *   fields <n>      field <id> <scope> <nvml value type> s <signal>
@@ -218,6 +220,8 @@ typedef struct {
     double used_bytes;
     unsigned int sm, mem, enc, dec;
     int live; /* shown only while the pid exists: a simulated context of a real process */
+    int sm_activity_set; /* GPM: the SM activity it adds, when not its sm% (a spinning kernel) */
+    double sm_activity;
 } proc_t;
 
 static int proc_visible(const proc_t *p)
@@ -870,6 +874,14 @@ static int parse_process(parser_t *p, char **cur)
     if (strncmp(*cur, "live", 4) == 0) {
         pr->live = 1;
         *cur += 4;
+    }
+    while (**cur == ' ')
+        (*cur)++;
+    if (strncmp(*cur, "sm_activity ", 12) == 0) {
+        *cur += 12;
+        if (tok_num(cur, &pr->sm_activity) != 0)
+            return p->why = "bad process sm_activity", -1;
+        pr->sm_activity_set = 1;
     }
     return 0;
 }
@@ -3024,7 +3036,7 @@ struct nvmlGpmSample_st {
     unsigned char present[NVML_GPM_METRIC_MAX];
     double value[NVML_GPM_METRIC_MAX];
     double integral[NVML_GPM_METRIC_MAX];
-    double load_sm, load_mem; /* what live processes added at t (load_from_processes) */
+    double load_graphics, load_sm, load_mem; /* what live processes added at t */
 };
 
 static struct nvmlGpmSample_st *g_gpm_samples; /* live samples, guarded by g_lock */
@@ -3073,17 +3085,19 @@ static const fake_dev *gpu_instance_dev(const fake_dev *phys, unsigned int gi)
 }
 
 /* Where the scenario asks (load_from_processes on the physical GPU), the live
- * processes of d add their SM share to graphics and SM activity and their
- * memory share to DRAM bandwidth, as they add to the utilization rates. */
+ * processes of d add their SM share to graphics activity, their sm_activity
+ * (else their SM share) to SM activity and their memory share to DRAM
+ * bandwidth, as they add to the utilization rates. */
 static void gpm_process_load(const fake_dev *phys, const fake_dev *d, struct nvmlGpmSample_st *s)
 {
-    s->load_sm = s->load_mem = 0.0;
+    s->load_graphics = s->load_sm = s->load_mem = 0.0;
     if (!phys->load_from_processes.present || phys->load_from_processes.v == 0)
         return;
     const proc_t *p = d->procs.items;
     for (int i = 0; i < d->procs.n; i++) {
         if (proc_visible(p + i)) {
-            s->load_sm += p[i].sm;
+            s->load_graphics += p[i].sm;
+            s->load_sm += p[i].sm_activity_set ? p[i].sm_activity : p[i].sm;
             s->load_mem += p[i].mem;
         }
     }
@@ -3092,9 +3106,12 @@ static void gpm_process_load(const fake_dev *phys, const fake_dev *d, struct nvm
 /* The process share a metric gets (see gpm_process_load). */
 static double gpm_load_of(const struct nvmlGpmSample_st *s, unsigned int id)
 {
-    if (id == 1 || id == 2) /* graphics, SM */
-        return s->load_sm;
-    return id == 10 ? s->load_mem : 0.0; /* DRAM bandwidth */
+    switch (id) {
+    case 1: return s->load_graphics;
+    case 2: return s->load_sm;
+    case 10: return s->load_mem; /* DRAM bandwidth */
+    default: return 0.0;
+    }
 }
 
 /* Lock held. Records the GPM signals of d at the call's time into s. */
