@@ -22,7 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from prometheus_server import PROMETHEUS, PrometheusServer, wait_until
 from test_nvidia_backend import scenario
 
+from ray_accel.exporter import catalog as m
+from ray_accel.exporter.carry import carried
+from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, Reading
 from ray_accel.exporter.simulate import SimulatedHardware
+from ray_accel.exporter.sinks.json import snapshot_document
+from ray_accel.exporter.sinks.otlp import snapshot_metrics
+from ray_accel.exporter.sinks.prometheus import snapshot_text
 
 LOST = 2
 EVENTS = 200
@@ -157,3 +163,26 @@ def test_prometheus_fires_the_xid_alert_for_a_gpu_lost_between_scrapes(node, tmp
                 f'count_over_time((ray_accelerator_xid_errors_total{{index="{LOST}"}} '
                 f'and on(uuid) ray_accelerator_device_up == 1)[5m:1s])')
             assert never_up == []
+
+
+def test_every_sink_exports_a_down_devices_counters_and_not_its_gauges():
+    gpu = Device("nvidia", "2", "GPU-2", "H200")
+    last = DeviceSample(gpu, True, 100.0, readings=(
+        Reading(m.POWER, 350.0), Reading(m.ENERGY, 9000.0),
+        Reading(m.HW_ERRORS, 1.0, (("error_type", "ecc_uncorrected"),))))
+    lost = carried(last, DeviceSample(gpu, False, 101.0, errors={"fn": "gpu_is_lost"}),
+                   (Reading(m.XID_ERRORS, 200.0, (("xid", "79"),)),))
+    snapshot = NodeSnapshot(cycle=3, taken_at=105.0, interval_s=1.0, node_labels={},
+                            backends=(), devices=(lost,))
+    expected = {m.ENERGY: 9000.0, m.HW_ERRORS: 1.0, m.XID_ERRORS: 200.0}
+    text = snapshot_text(snapshot)
+    prometheus = {name: _series(text, m.spec(name).prometheus_name).get("2")
+                  for name in (*expected, m.POWER)}
+    assert prometheus == {**expected, m.POWER: None}
+    assert _series(text, "ray_accelerator_device_sample_age_seconds") == {"2": 5.0}
+    otlp = {metric.name: [p.value for p in metric.data.data_points]
+            for metric in snapshot_metrics(snapshot, 0)}
+    assert {name: otlp.get(name) for name in (*expected, m.POWER)} == {
+        **{name: [value] for name, value in expected.items()}, m.POWER: None}
+    (device,) = snapshot_document(snapshot)["devices"]
+    assert not device["up"] and set(device["values"]) == set(expected)
