@@ -126,6 +126,7 @@ def test_a_whole_device_holder_takes_the_device_activity():
     busy = allocations(sample(utilization=1.0, graphics=0.6, processes=(process(10, 0.0),)),
                        holders)
     assert [(a.idle, a.rule, a.shared) for a in busy] == [(False, RULE_ACTIVITY, False)]
+    assert busy[0].activity is not None and busy[0].activity.graphics == 0.6
     # NVML says 100 % (a kernel is resident), the graphics engine says nothing runs
     resting = allocations(sample(utilization=1.0, graphics=0.0, processes=(process(10, 0.5),)),
                           holders)

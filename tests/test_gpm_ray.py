@@ -64,6 +64,7 @@ def test_trainer_busy_idle_holder_idle_spinner_spinning(setup):
     spinner, spinner_device = held["spinner"]
     assert (trainer["idle"], trainer["spinning"], trainer["idle_rule"]) == (False, False,
                                                                              "activity")
+    assert trainer["activity"]["graphics"] == pytest.approx(0.85)  # the trainer's 85 %
     assert spinning(trainer_device) == 0.0
     assert idle["idle"] is True
     assert (spinner["idle"], spinner["spinning"]) == (False, True)

@@ -27,12 +27,14 @@ class Allocation:
     `rule` is `activity` (the device's engine activity), `utilization` (NVML
     utilization, the process's or the device's) or `no_context`. `spinning`: the
     holder has the whole device, and the device spins (busy, not computing).
+    `activity`: the device's engine activity, for a holder of the whole device.
     """
 
     holder: Holder
     idle: bool
     rule: str = RULE_UTILIZATION
     spinning: bool = False
+    activity: ActivityView | None = None
 
     @property
     def shared(self) -> bool:
@@ -53,7 +55,7 @@ def _judge(holder: Holder, process: ProcessSample | None, sample: DeviceSample,
     if holder.fraction >= WHOLE and activity.rule == RULE_ACTIVITY:
         spinning = _value(sample.readings, m.DEVICE_SPINNING) == 1.0
         return Allocation(holder, idle=bool(activity.idle), rule=RULE_ACTIVITY,
-                          spinning=spinning)
+                          spinning=spinning, activity=activity)
     return Allocation(holder, idle=not _busy(process, sample))
 
 

@@ -46,7 +46,9 @@ def _holders(sample: DeviceSample, snapshot: NodeSnapshot) -> dict[str, Any]:
         "allocated": sum(a.holder.fraction for a in found) if sample.up else None,
         "holders": [
             {**_identity(a.holder.identity), "fraction": a.holder.fraction, "idle": a.idle,
-             "idle_rule": a.rule, "shared": a.shared, "spinning": a.spinning}
+             "idle_rule": a.rule, "shared": a.shared, "spinning": a.spinning,
+             **({"activity": {"graphics": a.activity.graphics, "sm": a.activity.sm,
+                              "tensor": a.activity.tensor}} if a.activity else {})}
             for a in found
         ],
     }
