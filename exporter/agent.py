@@ -23,6 +23,7 @@ from .collective import (
     CollectiveStallSettings,
 )
 from .exposure import Exposure, ExposureSettings, guarded_app
+from .record.history import History
 from .sampler import Sampler
 from .server import AgentHttp
 from .serving import Serving, ServingLimits, serve
@@ -131,6 +132,8 @@ class Agent:
         if config.simulate or simulated_environment():
             node_labels["simulated"] = "true"
         self.store = SnapshotStore()
+        self.history = History()  # served as a scenario at /api/v1/record
+        self.store.subscribe(self.history.add)
         self.attribution = self._attribution_refresher(config)
         self.sampler = Sampler(
             backends if backends is not None else load_backends(config.backends),
@@ -174,7 +177,7 @@ class Agent:
         if self.attribution is not None:
             self.attribution.start()
         self.sampler.start()
-        http = AgentHttp(self.store, lambda: self.sampler.alive)
+        http = AgentHttp(self.store, lambda: self.sampler.alive, history=self.history)
         await self.exposure.start()
         self._serving = await serve(guarded_app(http.app(), self.exposure), self.config.host,
                                     self.config.port, self.config.limits,

@@ -18,6 +18,7 @@ from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
 from .catalog import CATALOG, NODE_LABELS
 from .exposure import ExposureError, add_exposure_arguments, exposure_settings
+from .record import command as record_command
 from .serving import raise_open_file_limit
 
 MIN_INTERVAL_S = 0.05
@@ -123,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         "topo", help="print this node's device topology, or the cluster's nodes by domain")
     topo_command.add_arguments(topo)
     topo.set_defaults(run=_print_topology)
+    record = commands.add_parser(
+        "record", help="record this node's devices (or an agent's history) as a scenario")
+    record_command.add_arguments(record)
+    record.set_defaults(run=record_command.run)
     register(commands)  # deploy, undeploy, status, sd-file
     register_transfers(commands)  # transfers
     register_grafana(commands)  # grafana

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .health import health
+from .record import endpoint as record_endpoint
+from .record.history import History
 from .serving import errors_as_json, json_error
 from .sinks.json import snapshot_document
 from .sinks.prometheus import PrometheusRenderer, wants_openmetrics
@@ -20,6 +22,7 @@ ENDPOINTS = {
     "/metrics": "Prometheus text (OpenMetrics when the Accept header asks for it)",
     "/healthz": "liveness of the sampling loop, each backend, and what is not answering",
     "/api/v1/snapshot": "the latest node snapshot as JSON",
+    record_endpoint.PATH: record_endpoint.DESCRIPTION,
 }
 MAX_REQUEST_BYTES = 16 * 1024
 
@@ -30,6 +33,7 @@ ALLOWED_PARAMETERS: dict[str, frozenset[str]] = {
     "/metrics": frozenset({"name[]"}),
     "/healthz": frozenset(),
     "/api/v1/snapshot": frozenset(),
+    record_endpoint.PATH: record_endpoint.PARAMETERS,
 }
 
 
@@ -49,8 +53,10 @@ class AgentHttp:
     """Handlers over a snapshot store; `sampler_alive` tells whether sampling still runs."""
 
     def __init__(self, store: SnapshotStore, sampler_alive: Callable[[], bool],
-                 renderer: PrometheusRenderer | None = None) -> None:
+                 renderer: PrometheusRenderer | None = None,
+                 history: History | None = None) -> None:
         self._store = store
+        self._history = history
         self._sampler_alive = sampler_alive
         self._renderer = renderer or PrometheusRenderer()
 
@@ -61,6 +67,8 @@ class AgentHttp:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/api/v1/snapshot", self.snapshot)
+        if self._history is not None:
+            app.router.add_get(record_endpoint.PATH, record_endpoint.record_handler(self._history))
         return app
 
     async def index(self, request: web.Request) -> web.Response:

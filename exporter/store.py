@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from .model import NodeSnapshot
 
@@ -13,6 +14,11 @@ class SnapshotStore:
     def __init__(self) -> None:
         self._latest: NodeSnapshot | None = None
         self._published = threading.Condition()
+        self._listeners: list[Callable[[NodeSnapshot], None]] = []
+
+    def subscribe(self, listener: Callable[[NodeSnapshot], None]) -> None:
+        """Call `listener` with every snapshot published from now on (on the sampler's thread)."""
+        self._listeners.append(listener)
 
     @property
     def latest(self) -> NodeSnapshot | None:
@@ -24,6 +30,8 @@ class SnapshotStore:
         with self._published:
             self._latest = snapshot
             self._published.notify_all()
+        for listener in self._listeners:
+            listener(snapshot)
 
     def wait_for_cycle(self, cycle: int, timeout: float) -> NodeSnapshot | None:
         """Block until a snapshot of at least `cycle` is published (or time runs out)."""

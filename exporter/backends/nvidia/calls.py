@@ -35,6 +35,9 @@ SLOW_REUSE_S = 10.0
 
 log = logging.getLogger(__name__)
 _REPORTED_SLOW: set[str] = set()
+#: NVML function -> [calls answered, thread CPU seconds they spent], since the process
+#: started (`ray-accel record` turns costly calls into `busy` delay rules).
+CALL_CPU_S: dict[str, list[float]] = {}
 
 _PERMANENT = frozenset({
     pynvml.NVML_ERROR_NOT_SUPPORTED,
@@ -115,6 +118,9 @@ class DeviceCalls(CallErrors):
                   answer: Any) -> Any:
         """Keeps a slow call's answer for reuse; forgets it once the call is fast again."""
         spent = time.thread_time() - started_cpu
+        cost = CALL_CPU_S.setdefault(name.partition("[")[0], [0, 0.0])
+        cost[0] += 1
+        cost[1] += spent
         if every_cycle or spent <= self._slow_call_cpu_s:
             self._slow_streak.pop(name, None)
             self._reused.pop(name, None)

@@ -1,0 +1,100 @@
+"""What went wrong during a recording, as scenario rules: errors, losses, hangs, XIDs, costs.
+
+- a call that failed with an NVML error (a sample's `errors`) for a run of cycles
+  becomes an `errors` rule for that function and device over that window
+  (NOT_SUPPORTED is no rule: the scenario leaves the key out);
+- a device that went down (not stale) becomes `lost_at_s` just after its last good sample;
+- a device that stopped answering (stale) becomes a `delays` rule on every call of it;
+- XID events are placed at the cycle their count grew in (before the recording: t = 0);
+- a call whose measured CPU cost is above the agent's slow-call threshold becomes a
+  `busy` delay, so a benchmark on the replay costs what the node costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import catalog as m
+from ..backends.nvidia.calls import SLOW_CALL_CPU_S
+from .series import DeviceSeries, label_map
+
+# Kinds that are the absence of a key rather than a fault.
+_ABSENT_KINDS = frozenset({"not_supported", "function_not_found"})
+
+
+def error_rules(index: int, series: DeviceSeries, interval_s: float) -> list[dict[str, Any]]:
+    """`errors` rules of one device from the per-cycle errors of its samples."""
+    windows: dict[tuple[str, str], list[list[float]]] = {}
+    for t, errors in series.errors:
+        for function, kind in errors.items():
+            if kind in _ABSENT_KINDS or kind == "gpu_is_lost":
+                continue
+            name = function.partition("[")[0]
+            runs = windows.setdefault((name, kind), [])
+            if runs and t - runs[-1][1] <= 1.5 * interval_s:
+                runs[-1][1] = t
+            else:
+                runs.append([t, t])
+    rules = []
+    for (function, kind), runs in sorted(windows.items()):
+        for first, last in runs:
+            rules.append({"function": function, "device": index, "code": kind.upper(),
+                          "from_s": round(max(first - interval_s / 2, 0.0), 3),
+                          "until_s": round(last + interval_s / 2, 3)})
+    return rules
+
+
+def lost_at(series: DeviceSeries) -> float | None:
+    """When the device was lost: just after its last good sample before it went down."""
+    if not series.down_times:
+        return None
+    first_down = series.down_times[0]
+    before = [t for t in series.up_times if t < first_down]
+    return round(before[-1] + 0.001, 3) if before else 0.0
+
+
+def hang_rules(index: int, series: DeviceSeries, interval_s: float,
+               end_s: float) -> list[dict[str, Any]]:
+    """A `delays` rule on every call of the device for each run of stale samples."""
+    rules: list[dict[str, Any]] = []
+    for t in series.stale_times:
+        if rules and t - rules[-1]["until_s"] <= 1.5 * interval_s:
+            rules[-1]["until_s"] = round(t, 3)
+            continue
+        before = [u for u in series.up_times if u < t]
+        rules.append({"function": "*", "device": index,
+                      "from_s": round(before[-1] + 0.001 if before else 0.0, 3),
+                      "until_s": round(t, 3)})
+    for rule in rules:
+        fresh_again = [u for u in series.up_times if u > rule["until_s"]]
+        until = fresh_again[0] if fresh_again else end_s + 3600
+        rule["seconds"] = round(until - rule["from_s"], 3)
+        if fresh_again:
+            rule["until_s"] = round(fresh_again[0] - interval_s / 2, 3)
+        else:
+            del rule["until_s"]
+    return rules
+
+
+def xid_events(series: DeviceSeries) -> list[dict[str, Any]]:
+    """`xid_events` from the per-code XID counters: one event per counted occurrence."""
+    events = []
+    for key, points in series.matching("d", m.XID_ERRORS):
+        code = int(label_map(key)["xid"])
+        previous = 0.0
+        for position, (t, count) in enumerate(points):
+            at = round(t, 3) if position else 0.0  # counted before the recording began
+            events.extend({"at_s": at, "xid": code} for _ in range(int(count - previous)))
+            previous = max(previous, count)
+    return sorted(events, key=lambda e: (e["at_s"], e["xid"]))
+
+
+def busy_rules(costs: Mapping[str, list[float]]) -> list[dict[str, Any]]:
+    """`busy` delays for the NVML calls that cost more CPU than the slow-call threshold."""
+    rules = []
+    for function, (calls, spent) in sorted(costs.items()):
+        mean = spent / calls if calls else 0.0
+        if mean > SLOW_CALL_CPU_S:
+            rules.append({"function": function, "seconds": round(mean, 6), "busy": True})
+    return rules

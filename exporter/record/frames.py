@@ -1,0 +1,93 @@
+"""Compact frames: one sampling cycle's values, kept cheaply for recording.
+
+A frame keeps, per device, its readings (device, link and process ones) as one
+float array under a key tuple shared with the previous frame while the set of
+series does not change, plus up/stale and the per-call errors of the cycle.
+Static identity (the `Device`s) is kept once, outside the frames.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ..model import DeviceSample, NodeSnapshot
+
+# ("d", metric, labels) | ("l", link_type, link, metric, labels) | ("p", pid, metric, labels)
+SeriesKey = tuple
+_NO_ERRORS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFrame:
+    """One device's values in one cycle."""
+
+    uuid: str
+    taken_at: float
+    up: bool
+    stale: bool
+    keys: tuple[SeriesKey, ...]
+    values: array
+    errors: Mapping[str, str]
+    counters_at: float | None = None  # when its link byte counters were read, if known
+
+    def items(self) -> Iterator[tuple[SeriesKey, float]]:
+        return zip(self.keys, self.values, strict=True)
+
+    def nbytes(self) -> int:
+        """Bytes this frame holds of its own (shared keys and error maps not counted)."""
+        return sys.getsizeof(self) + self.values.buffer_info()[1] * self.values.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One cycle of the node."""
+
+    taken_at: float
+    devices: tuple[DeviceFrame, ...]
+
+    def nbytes(self) -> int:
+        return sys.getsizeof(self) + sum(d.nbytes() for d in self.devices)
+
+
+def series_of(sample: DeviceSample) -> Iterator[tuple[SeriesKey, float]]:
+    """Every value of a device sample under its series key."""
+    for r in sample.readings:
+        yield ("d", r.metric, r.labels), r.value
+    for link in sample.links:
+        for r in link.readings:
+            yield ("l", link.link_type, link.index, r.metric, r.labels), r.value
+    for process in sample.processes:
+        for r in process.readings:
+            yield ("p", process.pid, r.metric, r.labels), r.value
+
+
+class FrameMaker:
+    """Turns snapshots into frames, reusing key tuples and error maps that did not change."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, tuple[SeriesKey, ...]] = {}
+        self._errors: dict[str, Mapping[str, str]] = {}
+
+    def frame(self, snapshot: NodeSnapshot) -> Frame:
+        devices = []
+        for sample in snapshot.devices:
+            pairs = list(series_of(sample))
+            keys = tuple(k for k, _ in pairs)
+            uuid = sample.device.uuid
+            if self._keys.get(uuid) != keys:
+                self._keys[uuid] = keys
+            errors: Mapping[str, str]
+            if sample.errors:
+                if self._errors.get(uuid) != sample.errors:
+                    self._errors[uuid] = MappingProxyType(dict(sample.errors))
+                errors = self._errors[uuid]
+            counters_at = next((link.counters_at for link in sample.links
+                                if link.counters_at is not None), None)
+            devices.append(DeviceFrame(uuid, sample.taken_at, sample.up, sample.stale,
+                                       self._keys[uuid], array("d", (v for _, v in pairs)),
+                                       errors, counters_at))
+        return Frame(snapshot.taken_at, tuple(devices))

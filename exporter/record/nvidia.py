@@ -1,0 +1,313 @@
+"""An NVIDIA device's recorded series -> its scenario keys, in NVML's units.
+
+The inverse of the NVIDIA backend's probes: readings in base units go back to
+what NVML answered (percent, mW, MHz, mJ, KiB per NVLink field 138/139...).
+A series that was never read stays absent, so the replay answers NOT_SUPPORTED
+where the node did.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pynvml
+
+from .. import catalog as m
+from ..backends.nvidia.fabric_health import HEALTH_FIELDS, STATES, SUMMARIES
+from ..backends.nvidia.gpm import GPM_METRICS as BACKEND_GPM
+from ..backends.nvidia.interconnect import _NVLINK_FIELDS, _PCIE_FIELDS, NVLINK, PCIE
+from ..backends.nvidia.probes import THROTTLE_REASONS
+from ..backends.nvidia.topology import P2P_STATUS, PCIE_LEVELS
+from ..model import Device
+from ..simulate.nvml_gpm import GPM_LINK_METRICS, GPM_METRICS
+from .series import DeviceSeries, Points, label_map
+from .timeline import counter_signal, gauge_signal
+
+MHZ = 1e6
+# (metric, labels, scenario key, factor from base unit, step?)
+GAUGES: tuple[tuple[str, dict[str, str], str, float, bool], ...] = (
+    (m.GPU_UTILIZATION, {"task": "general"}, "utilization_gpu_percent", 100, False),
+    (m.MEMORY_BANDWIDTH_UTILIZATION, {}, "utilization_memory_percent", 100, False),
+    (m.GPU_UTILIZATION, {"task": "encoder"}, "encoder_percent", 100, False),
+    (m.GPU_UTILIZATION, {"task": "decoder"}, "decoder_percent", 100, False),
+    (m.MEMORY_USAGE, {}, "memory_used_bytes", 1, False),
+    (m.POWER, {}, "power_mw", 1000, False),
+    (m.TEMPERATURE, {"sensor": "gpu"}, "temperature_c", 1, False),
+    (m.CLOCK_FREQUENCY, {"clock": "sm"}, "clock_sm_mhz", 1 / MHZ, False),
+    (m.CLOCK_FREQUENCY, {"clock": "memory"}, "clock_memory_mhz", 1 / MHZ, False),
+    (m.PERFORMANCE_STATE, {}, "performance_state", 1, True),
+)
+FIXED: tuple[tuple[str, dict[str, str], str, float], ...] = (
+    (m.MEMORY_LIMIT, {}, "memory_total_bytes", 1),
+    (m.MEMORY_RESERVED, {}, "memory_reserved_bytes", 1),
+    (m.POWER_LIMIT, {}, "power_limit_mw", 1000),
+    (m.CLOCK_MAX_FREQUENCY, {"clock": "sm"}, "max_clock_sm_mhz", 1 / MHZ),
+    (m.CLOCK_MAX_FREQUENCY, {"clock": "memory"}, "max_clock_memory_mhz", 1 / MHZ),
+)
+COUNTERS: tuple[tuple[str, dict[str, str], str], ...] = (
+    (m.HW_ERRORS, {"error_type": "ecc_corrected"}, "ecc_corrected"),
+    (m.HW_ERRORS, {"error_type": "ecc_uncorrected"}, "ecc_uncorrected"),
+    (m.HW_ERRORS, {"error_type": "pcie_replay"}, "pcie_replay"),
+)
+_GPM_NAME_BY_ID = {number: name for name, number in GPM_METRICS.items()}
+_TOPOLOGY_LEVELS = {text: level for level, text in PCIE_LEVELS.items()}
+_P2P_NAMES = {text: name.removeprefix("NVML_P2P_STATUS_")
+              for code, text in P2P_STATUS.items()
+              for name in dir(pynvml)
+              if name.startswith("NVML_P2P_STATUS_") and getattr(pynvml, name) == code}
+_P2P_NAMES["chipset_not_supported"] = "CHIPSET_NOT_SUPPORTED"  # the binding misspells it
+_LEVEL_NAMES = {pynvml.NVML_TOPOLOGY_INTERNAL: "INTERNAL", pynvml.NVML_TOPOLOGY_SINGLE: "SINGLE",
+                pynvml.NVML_TOPOLOGY_MULTIPLE: "MULTIPLE",
+                pynvml.NVML_TOPOLOGY_HOSTBRIDGE: "HOSTBRIDGE",
+                pynvml.NVML_TOPOLOGY_NODE: "NODE", pynvml.NVML_TOPOLOGY_SYSTEM: "SYSTEM"}
+
+
+def _scaled(points: Points, factor: float, shift: float = 0.0) -> Points:
+    return [(max(t + shift, 0.0), v * factor) for t, v in points]
+
+
+def _put(target: dict[str, Any], key: str, value: Any) -> None:
+    if value is not None:
+        target[key] = value
+
+
+def mig_scenario(device: Device, series: DeviceSeries, interval_s: float) -> dict[str, Any]:
+    """The `mig_devices` entry of one recorded MIG device (index "gpu/gi/ci")."""
+    _, gpu_instance, compute_instance = device.index.split("/")
+    out: dict[str, Any] = {"name": device.model, "uuid": device.uuid,
+                           "gpu_instance_id": int(gpu_instance),
+                           "compute_instance_id": int(compute_instance)}
+    for metric, labels, key, factor in FIXED[:2]:  # memory total and reserved
+        value = series.last(metric, **labels)
+        if value is not None:
+            out[key] = round(value * factor)
+    _put(out, "memory_used_bytes", gauge_signal(series.device(m.MEMORY_USAGE)))
+    _gpm(out, series, interval_s)
+    _processes(out, series)
+    return out
+
+
+def device_scenario(device: Device, series: DeviceSeries,
+                    link_facts: Mapping[tuple[str, int], Mapping[str, str]],
+                    interval_s: float, migs: list[dict[str, Any]] | None = None,
+                    ) -> dict[str, Any]:
+    """The scenario device object of one recorded physical NVIDIA GPU (with its MIG devices)."""
+    out: dict[str, Any] = {"name": device.model, "uuid": device.uuid}
+    facts = device.facts
+    _put(out, "serial", facts.get("serial") or None)
+    _put(out, "pci_bus_id", device.pci_bus_id or None)
+    _put(out, "architecture", facts.get("architecture") or None)
+    if facts.get("numa_node", "").isdigit():
+        out["numa_node"] = int(facts["numa_node"])
+    if facts.get("cpu_affinity"):
+        out["cpu_affinity"] = facts["cpu_affinity"].split(",")
+    for metric, labels, key, factor, step in GAUGES:
+        _put(out, key, gauge_signal(_scaled(series.device(metric, **labels), factor), step=step))
+    for metric, labels, key, factor in FIXED:
+        value = series.last(metric, **labels)
+        if value is not None:
+            out[key] = round(value * factor)
+    for metric, labels, key in COUNTERS:
+        _put(out, key, counter_signal(series.device(metric, **labels)))
+    if "ecc_corrected" in out or "ecc_uncorrected" in out:
+        out["ecc_mode"] = True
+    _energy(out, series)
+    _throttle(out, series)
+    _memory_health(out, series)
+    _gpm(out, series, interval_s)
+    _links(out, series, link_facts)
+    _fabric(out, series)
+    if migs:
+        out["mig_mode"] = True
+        out["mig_devices"] = migs
+    # NVML lists a MIG device's processes on its parent too: they are written once, on the MIG.
+    _processes(out, series, {p["pid"] for mig in migs or () for p in mig.get("processes", ())})
+    return out
+
+
+def _energy(out: dict[str, Any], series: DeviceSeries) -> None:
+    energy = series.device(m.ENERGY)
+    if energy:
+        t, joules = energy[0]
+        power = series.device(m.POWER)
+        watts = power[0][1] if power else 0.0
+        out["energy_start_mj"] = max(round((joules - watts * t) * 1000), 0)
+
+
+def _throttle(out: dict[str, Any], series: DeviceSeries) -> None:
+    masks: dict[float, int] = {}
+    for bit, name in THROTTLE_REASONS:
+        for t, value in series.device(m.THROTTLE_ACTIVE, reason=name):
+            masks[t] = masks.get(t, 0) | (bit if value else 0)
+    _put(out, "clocks_event_reasons", gauge_signal(sorted(masks.items()), step=True))
+
+
+def _memory_health(out: dict[str, Any], series: DeviceSeries) -> None:
+    correctable = series.last(m.REMAPPED_ROWS, cause="correctable")
+    if correctable is not None:
+        out["remapped_rows"] = {
+            "correctable": int(correctable),
+            "uncorrectable": int(series.last(m.REMAPPED_ROWS, cause="uncorrectable") or 0),
+            "pending": bool(series.last(m.ROW_REMAP_PENDING)),
+            "failure": bool(series.last(m.ROW_REMAP_FAILURE)),
+        }
+    single = series.last(m.RETIRED_PAGES, cause="single_bit")
+    if single is not None:
+        out["retired_pages"] = {
+            "single_bit": int(single),
+            "double_bit": int(series.last(m.RETIRED_PAGES, cause="double_bit") or 0),
+            "pending": bool(series.last(m.RETIRED_PAGES_PENDING)),
+        }
+
+
+def _gpm_name(metric_id: int) -> tuple[str, str | None]:
+    """(scenario gpm key, link number or None) of an NVML GPM metric id."""
+    if metric_id in _GPM_NAME_BY_ID:
+        return _GPM_NAME_BY_ID[metric_id], None
+    for name, (links, id_of) in GPM_LINK_METRICS.items():
+        for link in range(links):
+            if id_of(link) == metric_id:
+                return name, str(link)
+    raise KeyError(metric_id)
+
+
+def _gpm(out: dict[str, Any], series: DeviceSeries, interval_s: float) -> None:
+    # A GPM value averages the interval before its sample: it stands for the middle of it.
+    gpm: dict[str, Any] = {}
+    for metric in BACKEND_GPM:
+        points = series.points.get(("d", metric.name, metric.labels))
+        if not points:
+            continue
+        name, link = _gpm_name(metric.metric_id)
+        signal = gauge_signal(_scaled(points, 1 / metric.scale, -interval_s / 2))
+        if link is None:
+            gpm[name] = signal
+        else:
+            gpm.setdefault(name, {})[link] = signal
+    if gpm:
+        out["gpm"] = gpm
+
+
+def _links(out: dict[str, Any], series: DeviceSeries,
+           link_facts: Mapping[tuple[str, int], Mapping[str, str]]) -> None:
+    nvlinks = sorted(index for link_type, index in link_facts if link_type == NVLINK)
+    if nvlinks:
+        out["nvlinks"] = [_nvlink(index, link_facts[(NVLINK, index)], series)
+                          for index in range(max(nvlinks) + 1)]
+    fields: dict[str, Any] = {}
+    for field_id, metric, labels, scale in _NVLINK_FIELDS:
+        for index in nvlinks:
+            points = series.points.get(("l", NVLINK, index, metric, tuple(labels.items())))
+            if points:
+                fields.setdefault(str(field_id), {})[str(index)] = counter_signal(
+                    points, scale=1 / scale)
+    for field_id, metric, labels, _ in _PCIE_FIELDS:
+        points = series.points.get(("l", PCIE, 0, metric, tuple(labels.items())))
+        if points:
+            fields[str(field_id)] = {"type": "uint", "value": counter_signal(points)}
+    if fields:
+        out["fields"] = fields
+    gen = {state: series.last(m.PCIE_GENERATION, state=state) for state in ("current", "max")}
+    width = {state: series.last(m.PCIE_WIDTH, state=state) for state in ("current", "max")}
+    if None not in gen.values() and None not in width.values():
+        out["pcie_link"] = {"gen_current": int(gen["current"]), "gen_max": int(gen["max"]),
+                            "width_current": int(width["current"]),
+                            "width_max": int(width["max"])}
+
+
+def _nvlink(index: int, facts: Mapping[str, str], series: DeviceSeries) -> dict[str, Any]:
+    up = series.points.get(("l", NVLINK, index, m.LINK_UP, ()))
+    link: dict[str, Any] = {"state": bool(up[-1][1]) if up else False}
+    if facts.get("version", "").isdigit():
+        link["version"] = int(facts["version"])
+    if facts.get("remote_type"):
+        link["remote_device_type"] = facts["remote_type"]
+    if facts.get("remote_pci_bus_id"):
+        link["remote_pci_bus_id"] = facts["remote_pci_bus_id"]
+    return link
+
+
+def _code_name(names: Mapping[str, int], code: float) -> str:
+    return next((n.upper() for n, v in names.items() if v == int(code)), str(int(code)))
+
+
+def _fabric(out: dict[str, Any], series: DeviceSeries) -> None:
+    info = next((label_map(k) for k, _ in series.matching("d", m.FABRIC_INFO)), None)
+    if info is None:
+        return
+    fabric: dict[str, Any] = {"cluster_uuid": info["cluster_uuid"],
+                              "clique_id": int(info["clique_id"])}
+    named: tuple[tuple[str, str, Callable[[float], Any]], ...] = (
+        ("state", m.FABRIC_STATE, lambda c: _code_name(STATES, c)),
+        ("status", m.FABRIC_STATUS, int),
+        ("health_summary", m.FABRIC_HEALTH_SUMMARY, lambda c: _code_name(SUMMARIES, c)),
+    )
+    for key, metric, name_of in named:
+        points = series.device(metric)
+        if points:
+            fabric[key] = _step_of_names([(t, name_of(v)) for t, v in points])
+    masks: dict[float, int] = {}
+    for health in HEALTH_FIELDS:
+        for t, value in series.device(m.FABRIC_HEALTH_ISSUE, field=health.issue):
+            codes = health.trouble if value else health.fine
+            masks[t] = masks.get(t, 0) | (min(codes) << health.shift)
+    if masks:
+        fabric["health_mask"] = gauge_signal(sorted(masks.items()), step=True)
+    out["fabric"] = fabric
+
+
+def _step_of_names(points: list[tuple[float, Any]]) -> Any:
+    """A step signal of names (fabric states): one keyframe per change."""
+    frames = [points[0]] + [p for prev, p in itertools.pairwise(points)
+                            if p[1] != prev[1]]
+    if len(frames) == 1:
+        return frames[0][1]
+    return {"keyframes": [[round(t, 3), v] for t, v in frames], "interpolate": "step"}
+
+
+_PROCESS_KEYS = (("sm", "sm_percent"), ("memory", "memory_percent"),
+                 ("encoder", "encoder_percent"), ("decoder", "decoder_percent"))
+
+
+def _processes(out: dict[str, Any], series: DeviceSeries,
+               elsewhere: set[int] | frozenset[int] = frozenset()) -> None:
+    # The scenario's process list does not change over time: each process gets its
+    # last values, and one that left during the recording is not listed.
+    last_t = series.up_times[-1] if series.up_times else None
+    pids = sorted({key[1] for key, points in series.matching("p", m.PROCESS_MEMORY_USAGE)
+                   if points and points[-1][0] == last_t and key[1] not in elsewhere})
+    listed = []
+    for pid in pids:
+        memory = series.points[("p", pid, m.PROCESS_MEMORY_USAGE, ())]
+        process: dict[str, Any] = {"pid": pid, "used_memory_bytes": int(memory[-1][1])}
+        for engine, key in _PROCESS_KEYS:
+            points = series.points.get(("p", pid, m.PROCESS_UTILIZATION,
+                                        (("engine", engine),)))
+            if points:
+                process[key] = round(points[-1][1] * 100)
+        listed.append(process)
+    if series.points or listed:
+        out["processes"] = listed
+
+
+def topology_of(device: Device, numa: Mapping[str, int | None]) -> dict[str, Any]:
+    """The device's `topology` and `p2p` keys from its peers (NVLink peers by NUMA node)."""
+    topology: dict[str, str] = {}
+    p2p: dict[str, Any] = {}
+    for peer in device.peers:
+        if peer.connection.startswith("NV"):
+            same = numa.get(device.uuid) is not None and numa.get(device.uuid) == numa.get(
+                peer.uuid)
+            topology[peer.index] = "NODE" if same else "SYSTEM"
+        elif peer.connection in _TOPOLOGY_LEVELS:
+            topology[peer.index] = _LEVEL_NAMES[_TOPOLOGY_LEVELS[peer.connection]]
+        if peer.p2p and peer.p2p != "OK" and peer.p2p in _P2P_NAMES:
+            p2p[peer.index] = {"read": _P2P_NAMES[peer.p2p]}
+    keys: dict[str, Any] = {}
+    if topology:
+        keys["topology"] = topology
+    if p2p:
+        keys["p2p"] = p2p
+    return keys

@@ -1,0 +1,43 @@
+"""Identities in a recorded scenario, replaced by placeholders unless kept.
+
+- GPU UUIDs and fabric cluster UUIDs become UUIDs derived from a hash of the
+  original: the same GPU or NVLink domain gets the same placeholder in every
+  recording (so trays of one rack still share a domain), and a random UUID
+  cannot be read back from it;
+- serial numbers become `SERIAL-<n>` by device position, pids `1000 + n` by
+  first appearance, the same pid always the same placeholder within a file;
+- hostnames and Ray identities are never written (the scenario has no key for them).
+PCI bus ids, NUMA nodes and CPU affinity are kept: topology needs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+PID_BASE = 1000
+
+
+def placeholder_uuid(original: str, prefix: str = "") -> str:
+    """A stable UUID-shaped stand-in for `original` (with `prefix`, e.g. "GPU-")."""
+    digest = hashlib.sha256(original.encode()).hexdigest()
+    return (f"{prefix}{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-"
+            f"{digest[20:32]}")
+
+
+def scrub(scenario: dict[str, Any]) -> dict[str, Any]:
+    """`scenario` with UUIDs, serials and pids replaced (changes it in place and returns it)."""
+    pids: dict[int, int] = {}
+    for position, device in enumerate(scenario.get("devices", [])):
+        if "serial" in device:
+            device["serial"] = f"SERIAL-{position}"
+        for one in (device, *device.get("mig_devices", ())):
+            if "uuid" in one:
+                prefix = one["uuid"].partition("-")[0] + "-"
+                one["uuid"] = placeholder_uuid(one["uuid"], prefix)
+            for process in one.get("processes", []):
+                process["pid"] = pids.setdefault(process["pid"], PID_BASE + len(pids))
+        fabric = device.get("fabric")
+        if fabric and "cluster_uuid" in fabric:
+            fabric["cluster_uuid"] = placeholder_uuid(fabric["cluster_uuid"])
+    return scenario

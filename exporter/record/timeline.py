@@ -1,0 +1,131 @@
+"""Sampled values over time -> the scenario's signals and counters (docs/simulation.md).
+
+A gauge becomes a keyframe signal: a constant when it never moved, else the
+fewest keyframes that stay within a tolerance of every sample (linear), or
+one keyframe per change (step). A counter becomes `{"start", "rate_per_s"}`
+whose rate is a step signal: the integral equals the recorded counter at the
+boundaries of every merged segment, so the replay counts what the node counted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+Point = tuple[float, float]
+MAX_KEYFRAMES = 4096
+
+
+def _number(value: float) -> float | int:
+    rounded = round(value)
+    return int(rounded) if abs(value - rounded) < 1e-9 else round(value, 6)
+
+
+def _tolerance(values: Sequence[float], relative: float, absolute: float) -> float:
+    return max(absolute, relative * max(abs(v) for v in values))
+
+
+def _linear_keep(points: Sequence[Point], tolerance: float) -> list[int]:
+    """Indices of the points a straight-line interpolation needs (Douglas-Peucker)."""
+    keep = {0, len(points) - 1}
+    stack = [(0, len(points) - 1)]
+    while stack:
+        first, last = stack.pop()
+        (t0, v0), (t1, v1) = points[first], points[last]
+        worst, worst_at = -1.0, -1
+        for i in range(first + 1, last):
+            t, v = points[i]
+            line = v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+            error = abs(v - line)
+            if error > worst:
+                worst, worst_at = error, i
+        if worst > tolerance:
+            keep.add(worst_at)
+            stack += [(first, worst_at), (worst_at, last)]
+    return sorted(keep)
+
+
+def gauge_signal(points: Sequence[Point], *, step: bool = False, relative: float = 0.002,
+                 absolute: float = 0.0) -> Any:
+    """A signal through `points` (t, value), t increasing; None when there are none.
+
+    Linear keyframes stay within max(`absolute`, `relative` x the largest |value|) of
+    every point; step keyframes keep every change.
+    """
+    if not points:
+        return None
+    values = [v for _, v in points]
+    tolerance = _tolerance(values, relative, absolute)
+    if max(values) - min(values) <= (0 if step else tolerance):
+        return _number(values[-1] if step else sum(values) / len(values))
+    if step:
+        frames = [points[0]] + [points[i] for i in range(1, len(points))
+                                if points[i][1] != points[i - 1][1]]
+    else:
+        kept = _linear_keep(points, tolerance)
+        while len(kept) > MAX_KEYFRAMES:
+            tolerance *= 2
+            kept = _linear_keep(points, tolerance)
+        frames = [points[i] for i in kept]
+    frames = frames[-MAX_KEYFRAMES:]
+    signal: dict[str, Any] = {"keyframes": [[round(t, 3), _number(v)] for t, v in frames]}
+    if step:
+        signal["interpolate"] = "step"
+    return signal
+
+
+def unwrap(points: Sequence[Point], wrap: int | None = None) -> list[Point]:
+    """Counter readings made monotonic: a drop is a wrap at `wrap`, or (without) a reset."""
+    out: list[Point] = []
+    total = 0.0
+    previous: float | None = None
+    for t, value in points:
+        if previous is not None:
+            delta = value - previous
+            if delta < 0:
+                delta = delta % wrap if wrap else value
+            total += delta
+        else:
+            total = value
+        previous = value
+        out.append((t, total))
+    return out
+
+
+def counter_signal(points: Sequence[Point], *, scale: float = 1.0, relative: float = 0.01,
+                   wrap: int | None = None) -> Any:
+    """`{"start", "rate_per_s"}` (or a constant int) reproducing the counter `points`.
+
+    `scale` converts the readings to the scenario's unit (e.g. bytes -> KiB).
+    Neighbouring intervals whose rates differ by less than `relative` are merged
+    into one at their mean rate, keeping the total at the merged boundary exact.
+    """
+    if not points:
+        return None
+    totals = [(t, v * scale) for t, v in unwrap(points, wrap)]
+    start = totals[0][1]
+    segments: list[list[float]] = []  # [t_from, t_to, delta]
+    for (t0, v0), (t1, v1) in itertools.pairwise(totals):
+        if t1 <= t0:
+            continue
+        delta = v1 - v0
+        if segments:
+            last = segments[-1]
+            mean = last[2] / (last[1] - last[0])
+            rate = delta / (t1 - t0)
+            if abs(rate - mean) <= relative * max(abs(mean), abs(rate)):
+                last[1], last[2] = t1, last[2] + delta
+                continue
+        segments.append([t0, t1, delta])
+    rates = [(a, d / (b - a)) for a, b, d in segments]
+    if not rates or all(r == 0 for _, r in rates):
+        return int(start)
+    # The scenario counts from t = 0: before the first reading it ran at the first rate.
+    start = max(start - rates[0][1] * totals[0][0], 0.0)
+    if len(rates) == 1 or max(r for _, r in rates) - min(r for _, r in rates) == 0:
+        rate: Any = _number(rates[0][1])
+    else:
+        rate = {"keyframes": [[round(t, 3), _number(r)] for t, r in rates[-MAX_KEYFRAMES:]],
+                "interpolate": "step"}
+    return {"start": int(start), "rate_per_s": rate}
