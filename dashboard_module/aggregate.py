@@ -43,6 +43,10 @@ class NodeState:
     fetched_at: float | None = None  # when the last good snapshot arrived
     error: str = ""  # why the last fetch failed; empty when it succeeded
     fetch_duration_s: float | None = None
+    data_version: int = 0  # grows whenever `data` is replaced
+    etag: str = ""  # the version of the summary `data` came from ("" for a full snapshot)
+    has_summary: bool | None = None  # False once the agent answered 404 (an older agent)
+    detailed: bool = True  # `data` is a full reduced snapshot (not a summary)
 
     def status(self, now: float, refresh_s: float) -> str:
         if self.data is None:
@@ -72,6 +76,7 @@ class ClusterView:
     units: dict[str, dict[str, Any]]  # unit key -> actor/task/worker entry
     actors: dict[str, str] = field(default_factory=dict)  # actor id -> unit key
     tasks: dict[str, str] = field(default_factory=dict)  # task id -> unit key
+    node_history: dict[str, float | None] = field(default_factory=dict)  # history keys
 
 
 def _finding(kind: str, severity: str, node: NodeState, message: str,
@@ -193,7 +198,7 @@ def _ratio(used: float | None, total: float | None) -> float | None:
 
 
 class _Workloads:
-    """Collects actor/task/worker entries and their jobs while the nodes are walked."""
+    """Collects one node's actor/task/worker entries while its devices are walked."""
 
     def __init__(self) -> None:
         self.units: dict[str, dict[str, Any]] = {}
@@ -245,26 +250,42 @@ class _Workloads:
                 "process_memory_bytes": process.get("memory_bytes"),
                 "process_sm_utilization": process.get("sm_utilization")}
 
-    def jobs(self) -> dict[str, dict[str, Any]]:
-        jobs: dict[str, dict[str, Any]] = {}
-        for unit in self.units.values():
-            job = jobs.setdefault(unit["job_id"], {
-                "job_id": unit["job_id"], "actors": 0, "tasks": 0, "workers": 0,
-                "gpus": 0.0, "devices": 0, "idle_allocations": 0, "nodes": 0,
-                "units": [], "_devices": set(), "_nodes": set()})
-            job[{"actor": "actors", "task": "tasks", "worker": "workers"}[unit["kind"]]] += 1
-            job["gpus"] += unit["gpus"]
-            job["idle_allocations"] += sum(1 for d in unit["devices"] if d["idle"])
-            job["units"].append(unit["key"])
-            job["_devices"].update(d["uuid"] for d in unit["devices"])
-            job["_nodes"].update(d["node_id"] for d in unit["devices"])
-        for job in jobs.values():
-            job["devices"] = len(job.pop("_devices"))
-            job["nodes"] = len(job.pop("_nodes"))
-        return dict(sorted(jobs.items()))
+
+def _merge_units(into: dict[str, dict[str, Any]], units: dict[str, dict[str, Any]]) -> None:
+    """Add one node's units to the cluster's; a unit seen on two nodes is merged in a copy
+    (the node's own entries are cached between rounds and never changed)."""
+    for key, unit in units.items():
+        have = into.get(key)
+        if have is None:
+            into[key] = unit
+        else:
+            into[key] = {**have, "devices": have["devices"] + unit["devices"],
+                         "gpus": have["gpus"] + unit["gpus"],
+                         "idle": have["idle"] or unit["idle"]}
+
+
+def _jobs(units: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    jobs: dict[str, dict[str, Any]] = {}
+    for unit in units.values():
+        job = jobs.setdefault(unit["job_id"], {
+            "job_id": unit["job_id"], "actors": 0, "tasks": 0, "workers": 0,
+            "gpus": 0.0, "devices": 0, "idle_allocations": 0, "nodes": 0,
+            "units": [], "_devices": set(), "_nodes": set()})
+        job[{"actor": "actors", "task": "tasks", "worker": "workers"}[unit["kind"]]] += 1
+        job["gpus"] += unit["gpus"]
+        job["idle_allocations"] += sum(1 for d in unit["devices"] if d["idle"])
+        job["units"].append(unit["key"])
+        job["_devices"].update(d["uuid"] for d in unit["devices"])
+        job["_nodes"].update(d["node_id"] for d in unit["devices"])
+    for job in jobs.values():
+        job["devices"] = len(job.pop("_devices"))
+        job["nodes"] = len(job.pop("_nodes"))
+    return dict(sorted(jobs.items()))
 
 
 class _Totals:
+    """Device counts and sums, per node and (merged) for the cluster."""
+
     def __init__(self) -> None:
         self.devices = Counter()
         self.models: dict[tuple[str, str], dict[str, Any]] = {}
@@ -276,16 +297,15 @@ class _Totals:
         self.power = 0.0
         self.power_limit = 0.0
 
-    def add(self, node: NodeState, device: dict[str, Any], health: str) -> None:
+    def add(self, device: dict[str, Any], health: str) -> None:
         self.devices["total"] += 1
         self.devices[health] += 1
         self.devices["up"] += device["up"]
         model = self.models.setdefault((device["vendor"], device["model"]), {
             "vendor": device["vendor"], "model": device["model"], "devices": 0, "down": 0,
-            "_nodes": set()})
+            "nodes": 1})
         model["devices"] += 1
         model["down"] += not device["up"]
-        model["_nodes"].add(node.node_id)
         if device["holders"]:
             self.devices["allocated"] += 1
         self.devices["idle_allocations"] += sum(1 for h in device["holders"] if h["idle"])
@@ -299,6 +319,22 @@ class _Totals:
         self.memory_total += device["memory_total_bytes"] or 0.0
         self.power += device["power_watts"] or 0.0
         self.power_limit += device["power_limit_watts"] or 0.0
+
+    def merge(self, other: _Totals) -> None:
+        """Add another node's totals (each node counts once per model it has)."""
+        self.devices.update(other.devices)
+        for key, model in other.models.items():
+            have = self.models.setdefault(key, {**model, "devices": 0, "down": 0, "nodes": 0})
+            for field_name in ("devices", "down", "nodes"):
+                have[field_name] += model[field_name]
+        self.util_sum += other.util_sum
+        self.util_count += other.util_count
+        if other.util_max is not None:
+            self.util_max = max(self.util_max or 0.0, other.util_max)
+        self.memory_used += other.memory_used
+        self.memory_total += other.memory_total
+        self.power += other.power
+        self.power_limit += other.power_limit
 
 
 def _round(number: float | None, digits: int) -> float | None:
@@ -326,50 +362,114 @@ def node_brief(node: NodeState, status: str, now: float) -> dict[str, Any]:
             "device_count": len(data.get("devices", ()))}
 
 
-def build_view(nodes: Iterable[NodeState], refresh_s: float,
-               now: float | None = None) -> ClusterView:
-    """Aggregate every node's latest data into one view."""
-    now = time.time() if now is None else now
-    by_id = {node.node_id: node for node in nodes}
-    statuses: dict[str, str] = {}
+@dataclass
+class NodePart:
+    """One node's share of the view: kept between rounds while the node's data and
+    status stay the same, so a round recomputes only the nodes that changed."""
+
+    key: tuple[Any, ...]
+    findings: list[dict[str, Any]]  # the devices' findings (not the node's own)
+    device_findings: dict[str, list[dict[str, Any]]]
+    health: dict[str, str]
+    cells: list[dict[str, Any]]
+    nvlink_domain: str
+    totals: _Totals
+    units: dict[str, dict[str, Any]]
+    history: dict[str, float | None]
+
+
+def _node_part(node: NodeState, status: str, key: tuple[Any, ...]) -> NodePart:
     totals = _Totals()
     workloads = _Workloads()
     findings: list[dict[str, Any]] = []
     per_device: dict[str, list[dict[str, Any]]] = {}
     health_of: dict[str, str] = {}
+    cells = []
+    devices = (node.data or {}).get("devices", ())
+    for device in devices:
+        found = device_findings(node, device)
+        health = _health(device, found, status)
+        per_device[device["uuid"]] = found
+        health_of[device["uuid"]] = health
+        findings.extend(found)
+        totals.add(device, health)
+        workloads.add_device(node, device)
+        cells.append(_heat_cell(device, health))
+    return NodePart(key, findings, per_device, health_of, cells,
+                    (node.data or {}).get("placement", {}).get("nvlink_domain", ""),
+                    totals, workloads.units, _node_history(node.node_id, devices))
+
+
+def _node_history(node_id: str, devices: Iterable[dict[str, Any]]) -> dict[str, float | None]:
+    devices = list(devices)
+    utils = [d["utilization"] for d in devices if d["up"] and d["utilization"] is not None]
+    values: dict[str, float | None] = {
+        f"node.{node_id}.utilization": sum(utils) / len(utils) if utils else None,
+        f"node.{node_id}.power_watts": (
+            sum(d["power_watts"] or 0.0 for d in devices if d["up"]) if devices else None)}
+    for device in devices:
+        values[f"device.{device['uuid']}.utilization"] = (
+            device["utilization"] if device["up"] else None)
+        values[f"device.{device['uuid']}.memory_used_bytes"] = (
+            device["memory_used_bytes"] if device["up"] else None)
+    return values
+
+
+def _node_finding(node: NodeState, status: str, now: float) -> dict[str, Any] | None:
+    if status == NODE_UNREACHABLE:
+        return _finding("node_unreachable", "critical", node,
+                        f"agent at {node.url} does not answer: {node.error}")
+    if status == NODE_STALE:
+        age = now - node.data["taken_at"]
+        return _finding("node_stale", "warning", node,
+                        f"the agent's last snapshot is {age:.0f} s old")
+    return None
+
+
+def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None = None,
+               parts: dict[str, NodePart] | None = None) -> ClusterView:
+    """Aggregate every node's latest data into one view.
+
+    `parts` (node id -> NodePart), when given, is the previous round's per-node work: a
+    node whose data version, status and hostname are unchanged reuses its part, and the
+    dict is updated to this round's parts.
+    """
+    now = time.time() if now is None else now
+    by_id = {node.node_id: node for node in nodes}
+    parts = {} if parts is None else parts
+    for gone in set(parts) - set(by_id):
+        del parts[gone]
+    statuses: dict[str, str] = {}
+    totals = _Totals()
+    units: dict[str, dict[str, Any]] = {}
+    findings: list[dict[str, Any]] = []
+    per_device: dict[str, list[dict[str, Any]]] = {}
+    health_of: dict[str, str] = {}
+    node_history: dict[str, float | None] = {}
     heatmap = []
     for node_id in sorted(by_id):
         node = by_id[node_id]
         status = statuses[node_id] = node.status(now, refresh_s)
-        if status == NODE_UNREACHABLE:
-            findings.append(_finding("node_unreachable", "critical", node,
-                                     f"agent at {node.url} does not answer: {node.error}"))
-        elif status == NODE_STALE:
-            age = now - node.data["taken_at"]
-            findings.append(_finding("node_stale", "warning", node,
-                                     f"the agent's last snapshot is {age:.0f} s old"))
-        cells = []
-        for device in (node.data or {}).get("devices", ()):
-            found = device_findings(node, device)
-            health = _health(device, found, status)
-            per_device[device["uuid"]] = found
-            health_of[device["uuid"]] = health
-            findings.extend(found)
-            totals.add(node, device, health)
-            workloads.add_device(node, device)
-            cells.append(_heat_cell(device, health))
-        placement = (node.data or {}).get("placement", {})
+        key = (id(node.data), node.data_version, status, node.hostname)
+        part = parts.get(node_id)
+        if part is None or part.key != key:
+            part = parts[node_id] = _node_part(node, status, key)
+        node_finding = _node_finding(node, status, now)
+        if node_finding is not None:
+            findings.append(node_finding)
+        findings.extend(part.findings)
+        per_device.update(part.device_findings)
+        health_of.update(part.health)
+        totals.merge(part.totals)
+        _merge_units(units, part.units)
+        node_history.update(part.history)
         heatmap.append({"node_id": node_id, "hostname": node.hostname, "status": status,
-                        "nvlink_domain": placement.get("nvlink_domain", ""),
-                        "devices": cells})
+                        "nvlink_domain": part.nvlink_domain, "devices": part.cells})
     rank = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (rank[f["severity"]], f["kind"], f["node_id"],
                                  f["device_index"]))
     node_counts = Counter(statuses.values())
-    models = []
-    for model in sorted(totals.models.values(), key=lambda m: (m["vendor"], m["model"])):
-        model["nodes"] = len(model.pop("_nodes"))
-        models.append(model)
+    models = [dict(model) for _, model in sorted(totals.models.items())]
     summary = {
         "nodes": {"total": len(by_id), **{s: node_counts.get(s, 0) for s in (
             NODE_OK, NODE_STALE, NODE_UNREACHABLE, NODE_WAITING)}},
@@ -388,38 +488,27 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float,
                                      for s in SEVERITIES},
                      "by_kind": dict(Counter(f["kind"] for f in findings))},
     }
-    units = workloads.units
     return ClusterView(
         generated_at=now, refresh_s=refresh_s, nodes=by_id, statuses=statuses, summary=summary,
         heatmap=heatmap, findings=findings, device_findings=per_device, health=health_of,
-        jobs=workloads.jobs(), units=units,
+        jobs=_jobs(units), units=units,
         actors={u["actor_id"]: k for k, u in units.items() if u["actor_id"]},
         tasks={u["task_id"]: k for k, u in units.items() if u["task_id"]},
+        node_history=node_history,
     )
 
 
 def history_values(view: ClusterView) -> dict[str, float | None]:
     """The values one round adds to the history: cluster, per node and per device."""
     summary = view.summary
-    values: dict[str, float | None] = {
+    return {
         "cluster.utilization": summary["utilization"]["mean"],
         "cluster.memory_used_bytes": summary["memory"]["used_bytes"],
         "cluster.power_watts": summary["power"]["watts"],
         "cluster.idle_allocations": summary["devices"]["idle_allocations"],
         "cluster.devices_down": summary["devices"]["down"],
+        **view.node_history,
     }
-    for node in view.nodes.values():
-        devices = (node.data or {}).get("devices", ())
-        utils = [d["utilization"] for d in devices if d["up"] and d["utilization"] is not None]
-        values[f"node.{node.node_id}.utilization"] = sum(utils) / len(utils) if utils else None
-        values[f"node.{node.node_id}.power_watts"] = (
-            sum(d["power_watts"] or 0.0 for d in devices if d["up"]) if devices else None)
-        for device in devices:
-            values[f"device.{device['uuid']}.utilization"] = (
-                device["utilization"] if device["up"] else None)
-            values[f"device.{device['uuid']}.memory_used_bytes"] = (
-                device["memory_used_bytes"] if device["up"] else None)
-    return values
 
 
 def empty_view(refresh_s: float) -> ClusterView:

@@ -8,11 +8,12 @@ Every answer is computed from the collector's last view; see docs/api.md.
 
 from __future__ import annotations
 
+import inspect
 import json
 import mimetypes
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..exporter.serving import json_error
 from ..exporter.topology import matrix
 from .aggregate import FINDING_KINDS, SEVERITIES, ClusterView, node_brief
 from .collector import Collector
+from .node_detail import Detail
 
 PREFIX = "/accelerators"
 API = "api/"
@@ -136,14 +138,15 @@ class AcceleratorsApi:
             if tail.startswith(API) or tail == "api":
                 if request.method not in ("GET", "HEAD"):
                     raise ApiError(405, f"{request.method} is not allowed; the API is read-only")
-                return self._api(request, tail[len(API):])
+                answer = self._api(request, tail[len(API):])
+                return await answer if inspect.isawaitable(answer) else answer
             if request.method not in ("GET", "HEAD"):
                 raise ApiError(405, f"{request.method} is not allowed")
             return self._static(tail)
         except ApiError as error:
             return error_response(error.status, error.message)
 
-    def _api(self, request: web.Request, path: str) -> web.Response:
+    def _api(self, request: web.Request, path: str) -> web.Response | Awaitable[web.Response]:
         if self.started_error and path != "config":
             raise ApiError(503, f"the Accelerators module did not start: {self.started_error}")
         for pattern, handler in self._routes:
@@ -214,10 +217,16 @@ class AcceleratorsApi:
             raise ApiError(404, f"unknown node {node_id}: no live agent is registered for it")
         return view, node
 
-    def node(self, request: web.Request, node_id: str) -> web.Response:
+    async def node(self, request: web.Request, node_id: str) -> web.Response:
+        """One node in full: its agent's whole snapshot, fetched now (or within the last
+        2 s); where the agent does not answer, what its last summary said."""
         _params(request, frozenset())
         view, node = self._node_state(node_id)
-        data = node.data or {}
+        if node.data is None:
+            detail = Detail(None, "", 0.0, node.url)
+        else:
+            detail = await self.collector.details.get(node)
+        data = detail.data or node.data or {}
         devices = data.get("devices", [])
         history = self.collector.history
         shown = []
@@ -237,6 +246,9 @@ class AcceleratorsApi:
             "labels": data.get("labels", {}), "agent": data.get("agent", {}),
             "backends": data.get("backends", []), "attribution": data.get("attribution", {}),
             "devices": shown,
+            "detail": {"source": "snapshot" if detail.data is not None else
+                       "summary" if node.data is not None else "none",
+                       "error": detail.error},
             "topology": {"matrix": matrix(_devices_as_model(devices)) if devices else []},
             "findings": [f for f in view.findings if f["node_id"] == node_id],
             "history": {

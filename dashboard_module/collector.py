@@ -1,18 +1,25 @@
-"""Finds every node's agent, pulls their snapshots in the background, keeps the latest view.
+"""Finds every node's agent, pulls their summaries in the background, keeps the latest view.
 
 Each refresh round lists the live agents (from the GCS registry, or any
-`discover` callable), fetches all their snapshots concurrently with a timeout
-each and a cap on requests in flight, reduces them, and builds the next
-`ClusterView`. A node whose agent fails keeps its last data, marked
-unreachable. API requests read `collector.view` only: a slow agent delays the
-next round, never a request.
+`discover` callable) and fetches every agent's compact summary
+(`/api/v1/summary`) with a conditional request (`If-None-Match`: an unchanged
+node answers 304 with no body), each at a stable offset of its own within the
+first `spread` of the refresh interval, so a round is a steady trickle rather
+than one burst. An agent without the summary endpoint (404: an older release)
+is asked for its full snapshot instead. The view is then rebuilt, reusing the
+per-node work of every node that did not change. A node whose agent fails keeps
+its last data, marked unreachable. The node page's full snapshot is fetched on
+demand (`node_detail`, dashboard_module/node_detail.py). API requests read
+`collector.view` only: a slow agent delays the next round, never a request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,9 +31,10 @@ import aiohttp
 from ..exporter.agent_client import client_ssl_context, client_token
 from ..exporter.background import BackgroundTask
 from ..exporter.web_auth import auth_headers
-from .aggregate import ClusterView, NodeState, build_view, empty_view, history_values
+from .aggregate import ClusterView, NodePart, NodeState, build_view, empty_view, history_values
 from .history import History
-from .reduce import NotASnapshot, reduce_snapshot
+from .node_detail import NodeDetails
+from .reduce import TAKEN_AT_HEADER, NotASnapshot, reduce_snapshot, reduce_summary
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,9 @@ DEFAULT_FETCH_TIMEOUT_S = 3.0
 DEFAULT_HISTORY_S = 600.0
 MAX_IN_FLIGHT = 64
 MAX_SNAPSHOT_BYTES = 64 * 2**20
+# Fetches start within this share of the refresh interval, leaving the rest for slow
+# answers and the view's rebuild.
+DEFAULT_SPREAD = 0.6
 
 
 @dataclass(frozen=True)
@@ -80,26 +91,59 @@ def _reduced(body: bytes) -> dict[str, Any]:
     return reduce_snapshot(json.loads(body))
 
 
+def _reduced_summary(body: bytes) -> dict[str, Any]:
+    return reduce_summary(json.loads(body))
+
+
+def start_offset(node_id: str, window_s: float) -> float:
+    """Node `node_id`'s stable delay within a round of `window_s` (spread evenly by hash)."""
+    if window_s <= 0:
+        return 0.0
+    digest = hashlib.blake2b(node_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 * window_s
+
+
+@dataclass
+class RoundStats:
+    """What one round asked and got."""
+
+    requests: int = 0
+    not_modified: int = 0  # 304 answers
+    summaries: int = 0  # 200 summaries
+    snapshots: int = 0  # full snapshots (agents without a summary)
+    failures: int = 0
+    body_bytes: int = 0  # response bodies read
+    rebuilt_nodes: int = 0  # nodes whose share of the view was recomputed
+
+
 class Collector:
-    """Background refresh of every agent's snapshot, and the aggregated view."""
+    """Background refresh of every agent's summary, and the aggregated view."""
 
     def __init__(self, discover: Discover, refresh_s: float = DEFAULT_REFRESH_S,
                  fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
                  history_s: float = DEFAULT_HISTORY_S, max_in_flight: int = MAX_IN_FLIGHT,
-                 token: Callable[[], str | None] = client_token) -> None:
-        """`token` gives the token presented to agents (default: Ray's cluster token)."""
+                 token: Callable[[], str | None] = client_token,
+                 spread: float = DEFAULT_SPREAD) -> None:
+        """`token` gives the token presented to agents (default: Ray's cluster token);
+        `spread` is the share of the refresh interval the round's fetches start within."""
+        if not 0.0 <= spread < 1.0:
+            raise ValueError(f"spread must be at least 0 and below 1, got {spread}")
         self.discover = discover
         self.token = token
         self.refresh_s = refresh_s
         self.fetch_timeout_s = fetch_timeout_s
         self.max_in_flight = max_in_flight
+        self.spread = spread
         self.history = History(max(int(history_s / refresh_s), 1))
         self.nodes: dict[str, NodeState] = {}
         self.view: ClusterView = empty_view(refresh_s)
         self.rounds = 0
         self.last_round_at: float | None = None
         self.last_round_duration_s: float | None = None
+        self.last_round: RoundStats = RoundStats()
         self.discovery_error = ""
+        self.details = NodeDetails(self.fetch_full)
+        self._parts: dict[str, NodePart] = {}
         self._session: aiohttp.ClientSession | None = None
         self._refreshing = BackgroundTask("ray-accel-dashboard-refresh", self._loop)
         self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-accel-parse")
@@ -124,9 +168,19 @@ class Collector:
                 log.exception("refresh round failed")
             await asyncio.sleep(max(self.refresh_s - (time.monotonic() - started), 0.2))
 
+    def session(self) -> aiohttp.ClientSession:
+        """The HTTP session to the agents (made on first use)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_in_flight,
+                                               ssl=client_ssl_context()),
+                timeout=aiohttp.ClientTimeout(total=self.fetch_timeout_s),
+                headers=auth_headers(self.token()))
+        return self._session
+
     # -- one round -------------------------------------------------------------------------
     async def refresh(self) -> ClusterView:
-        """Discover, fetch every agent, rebuild the view; returns it."""
+        """Discover, fetch every agent's summary (spread over the interval), rebuild the view."""
         started = time.monotonic()
         try:
             targets = list(await self.discover())
@@ -139,19 +193,22 @@ class Collector:
             targets = None
         if targets is not None:
             self._track(targets)
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_in_flight,
-                                               ssl=client_ssl_context()),
-                timeout=aiohttp.ClientTimeout(total=self.fetch_timeout_s),
-                headers=auth_headers(self.token()))
+        self.session()
+        stats = RoundStats()
         limit = asyncio.Semaphore(self.max_in_flight)
-        await asyncio.gather(*(self._fetch(node, limit) for node in list(self.nodes.values())))
+        window = self.refresh_s * self.spread
+        begun = time.monotonic()
+        await asyncio.gather(*(self._fetch(node, limit, stats,
+                                           begun + start_offset(node.node_id, window))
+                               for node in list(self.nodes.values())))
         nodes = list(self.nodes.values())
-        view = await asyncio.to_thread(build_view, nodes, self.refresh_s)
+        kept = dict(self._parts)
+        view = await asyncio.to_thread(build_view, nodes, self.refresh_s, None, self._parts)
+        stats.rebuilt_nodes = sum(1 for k, p in self._parts.items() if kept.get(k) is not p)
         self.history.record(view.generated_at, history_values(view))
         self.view = view
         self.rounds += 1
+        self.last_round = stats
         self.last_round_at = view.generated_at
         self.last_round_duration_s = time.monotonic() - started
         return view
@@ -169,19 +226,17 @@ class Collector:
             else:
                 node.hostname, node.node_ip = target.hostname, target.node_ip
 
-    async def _fetch(self, node: NodeState, limit: asyncio.Semaphore) -> None:
+    async def _fetch(self, node: NodeState, limit: asyncio.Semaphore, stats: RoundStats,
+                     not_before: float) -> None:
+        await asyncio.sleep(max(not_before - time.monotonic(), 0.0))
         async with limit:
             started = time.monotonic()
+            stats.requests += 1
             try:
-                async with self._session.get(node.url.rstrip("/") + "/api/v1/snapshot") as reply:
-                    if reply.status != 200:
-                        raise NotASnapshot(f"HTTP {reply.status}")
-                    body = await _read_at_most(reply, MAX_SNAPSHOT_BYTES)
-                # Parsed off the event loop (a 1000-node round would block it for
-                # seconds), one at a time: more parsing threads would only take the
-                # GIL from the loop more often.
-                data = await asyncio.get_running_loop().run_in_executor(
-                    self._parser, _reduced, body)
+                if node.has_summary is not False:
+                    await self._fetch_summary(node, stats)
+                if node.has_summary is False:
+                    await self._fetch_snapshot(node, stats)
             except TimeoutError:
                 node.error = f"no answer within {self.fetch_timeout_s:g} s"
             except (aiohttp.ClientError, OSError) as error:
@@ -190,10 +245,76 @@ class Collector:
             except (NotASnapshot, ValueError) as error:
                 node.error = f"bad snapshot: {error}"
             else:
-                data["node_id"] = data["node_id"] or node.node_id
-                node.data, node.error, node.fetched_at = data, "", time.time()
+                node.error, node.fetched_at = "", time.time()
+            if node.error:
+                stats.failures += 1
             node.fetch_duration_s = time.monotonic() - started
+
+    async def _fetch_summary(self, node: NodeState, stats: RoundStats) -> None:
+        """The node's summary; 304 keeps its data and only refreshes its time."""
+        held = node.data is not None and node.etag
+        headers = {"If-None-Match": node.etag} if held else {}
+        async with self.session().get(node.url.rstrip("/") + "/api/v1/summary",
+                                      headers=headers) as reply:
+            if reply.status == 404:  # an agent older than the summary
+                node.has_summary = False
+                return
+            taken_at = _taken_at(reply)
+            if reply.status == 304 and held:
+                stats.not_modified += 1
+                node.data["taken_at"] = taken_at
+                return
+            if reply.status != 200:
+                raise NotASnapshot(f"HTTP {reply.status}")
+            body = await _read_at_most(reply, MAX_SNAPSHOT_BYTES)
+            etag = reply.headers.get("ETag", "")
+        stats.summaries += 1
+        stats.body_bytes += len(body)
+        data = await asyncio.get_running_loop().run_in_executor(
+            self._parser, _reduced_summary, body)
+        data["taken_at"] = taken_at
+        node.has_summary = True
+        self._replace_data(node, data, etag, detailed=False)
+
+    async def _snapshot_body(self, node: NodeState) -> bytes:
+        async with self.session().get(node.url.rstrip("/") + "/api/v1/snapshot") as reply:
+            if reply.status != 200:
+                raise NotASnapshot(f"HTTP {reply.status}")
+            return await _read_at_most(reply, MAX_SNAPSHOT_BYTES)
+
+    async def fetch_full(self, node: NodeState) -> dict[str, Any]:
+        """Node `node`'s full snapshot, reduced (the node page's detail, on demand)."""
+        body = await self._snapshot_body(node)
+        data = await asyncio.to_thread(_reduced, body)
+        data["node_id"] = data["node_id"] or node.node_id
+        return data
+
+    async def _fetch_snapshot(self, node: NodeState, stats: RoundStats) -> None:
+        body = await self._snapshot_body(node)
+        stats.snapshots += 1
+        stats.body_bytes += len(body)
+        # Parsed off the event loop (a 1000-node round would block it for seconds), one
+        # at a time: more parsing threads would only take the GIL from the loop more often.
+        data = await asyncio.get_running_loop().run_in_executor(self._parser, _reduced, body)
+        self._replace_data(node, data, "", detailed=True)
+
+    @staticmethod
+    def _replace_data(node: NodeState, data: dict[str, Any], etag: str, detailed: bool) -> None:
+        data["node_id"] = data["node_id"] or node.node_id
+        node.data, node.etag, node.detailed = data, etag, detailed
+        node.data_version += 1
 
     def inject(self, node: NodeState) -> None:
         """Add a node with data already fetched (tests and benchmarks)."""
         self.nodes[node.node_id] = node
+
+
+def _taken_at(reply: aiohttp.ClientResponse) -> float:
+    text = reply.headers.get(TAKEN_AT_HEADER, "")
+    try:
+        taken_at = float(text)
+    except ValueError:
+        taken_at = math.nan
+    if not math.isfinite(taken_at):
+        raise NotASnapshot(f"the summary has no valid {TAKEN_AT_HEADER} header: {text[:40]!r}")
+    return taken_at

@@ -12,12 +12,16 @@ import copy
 import hashlib
 import json
 import re
+import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from ..exporter.sinks.summary import content_version, encode, summary_document
 from .collector import AgentTarget
+from .reduce import TAKEN_AT_HEADER
 
 
 def _hex(seed: str, length: int) -> str:
@@ -41,14 +45,28 @@ class Fleet:
         base.setdefault("attribution", {})["node_id"] = _NODE_MARK
         self._uuids = [d["uuid"] for d in base.get("devices", ()) if d.get("uuid")]
         self._text = json.dumps(base, separators=(",", ":"))
+        self._summary_text = json.dumps(summary_document(base), separators=(",", ":"))
         names = [*sorted(self._uuids, key=len, reverse=True), _NODE_MARK]
         self._pattern = re.compile("|".join(re.escape(n) for n in names))
 
-    def text(self, number: int) -> str:
-        ident = node_id(number)
+    def _posing(self, number: int, text: str) -> str:
         table = {uuid: f"GPU-{_hex(f'{number}-{uuid}', 8)}-{uuid[13:]}" for uuid in self._uuids}
-        table[_NODE_MARK] = ident
-        return self._pattern.sub(lambda match: table[match.group(0)], self._text)
+        table[_NODE_MARK] = node_id(number)
+        return self._pattern.sub(lambda match: table[match.group(0)], text)
+
+    def text(self, number: int) -> str:
+        """Node `number`'s full snapshot document."""
+        return self._posing(number, self._text)
+
+    def summary(self, number: int, generation: int = 0) -> tuple[bytes, str]:
+        """Node `number`'s summary body and ETag; each `generation` draws 1 W more on its
+        first device (a change of content, as a real node's power would make)."""
+        doc = json.loads(self._posing(number, self._summary_text))
+        if generation and doc["devices"]:
+            first = doc["devices"][0]
+            first["power_watts"] = (first.get("power_watts") or 0.0) + generation
+        doc["version"] = content_version(doc)
+        return encode(doc)
 
 
 _NODE_MARK = "@@node-id@@"
@@ -66,27 +84,53 @@ def fleet(template: dict[str, Any], count: int) -> list[dict[str, Any]]:
 
 
 class FleetServer:
-    """One HTTP server answering /n/<i>/api/v1/snapshot for many synthetic nodes.
+    """One HTTP server answering /n/<i>/api/v1/snapshot (and /summary) for many nodes.
 
     `bodies(i)` is node i's snapshot body; None makes node i hang like a stuck
-    agent until the server stops. Use as an async context manager.
+    agent until the server stops. `summaries(i)`, when given, is node i's summary
+    (body, ETag), answered 304 to a matching `If-None-Match` (None: hang); without
+    it the summary path is 404, as on an agent older than the summary. Counts the
+    requests it answered. Use as an async context manager.
     """
 
-    def __init__(self, bodies: Callable[[int], bytes | None]) -> None:
+    def __init__(self, bodies: Callable[[int], bytes | None],
+                 summaries: Callable[[int], tuple[bytes, str] | None] | None = None) -> None:
         self.bodies = bodies
+        self.summaries = summaries
+        self.requests: Counter[str] = Counter()  # snapshot, summary, not_modified
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._release = asyncio.Event()
 
     async def __aenter__(self) -> FleetServer:
+        @web.middleware
+        async def count(request: web.Request, handler):
+            self.requests[request.path.rsplit("/", 1)[-1]] += 1  # 404s too
+            return await handler(request)
+
         async def snapshot(request: web.Request) -> web.Response:
             body = self.bodies(int(request.match_info["number"]))
             if body is None:
                 await self._release.wait()
             return web.Response(body=body, content_type="application/json")
 
-        app = web.Application()
+        async def summary(request: web.Request) -> web.Response:
+            found = self.summaries(int(request.match_info["number"]))
+            if found is None:
+                await self._release.wait()
+                raise web.HTTPServiceUnavailable()
+            body, etag = found
+            headers = {"ETag": etag, "Cache-Control": "no-cache",
+                       TAKEN_AT_HEADER: repr(time.time())}
+            if request.headers.get("If-None-Match") == etag:
+                self.requests["not_modified"] += 1
+                return web.Response(status=304, headers=headers)
+            return web.Response(body=body, content_type="application/json", headers=headers)
+
+        app = web.Application(middlewares=[count])
         app.router.add_get("/n/{number}/api/v1/snapshot", snapshot)
+        if self.summaries is not None:
+            app.router.add_get("/n/{number}/api/v1/summary", summary)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

@@ -111,7 +111,8 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
     errors = by_label(values, m.HW_ERRORS, "error_type")
     xid = by_label(values, m.XID_ERRORS, "xid")
     holders = [{**_identity(h), "fraction": float(h.get("fraction") or 0.0),
-                "idle": bool(h.get("idle"))} for h in doc.get("holders") or ()]
+                "idle": bool(h.get("idle")), "spinning": bool(h.get("spinning"))}
+               for h in doc.get("holders") or ()]
     return {
         "uuid": str(doc.get("uuid", "")),
         "index": str(doc.get("index", "")),
@@ -129,6 +130,7 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
                   for p in doc.get("peers") or ()],
         "utilization": value(values, m.GPU_UTILIZATION, task="general"),
         "memory_bandwidth_utilization": value(values, m.MEMORY_BANDWIDTH_UTILIZATION),
+        "activity": by_label(values, m.ACTIVITY, "engine"),
         "memory_used_bytes": value(values, m.MEMORY_USAGE),
         "memory_total_bytes": value(values, m.MEMORY_LIMIT),
         "power_watts": value(values, m.POWER),
@@ -190,3 +192,48 @@ def reduce_snapshot(doc: Any) -> dict[str, Any]:
         }
     except (AttributeError, TypeError, ValueError) as error:
         raise NotASnapshot(f"malformed snapshot: {error}") from error
+
+
+SUMMARY_KIND = "ray-accel.node-summary"
+# The summary's response headers carrying what changes every cycle (not in its body).
+TAKEN_AT_HEADER = "X-Ray-Accel-Taken-At"
+CYCLE_HEADER = "X-Ray-Accel-Cycle"
+
+
+def reduce_summary(doc: Any) -> dict[str, Any]:
+    """The node document kept by the aggregator, from an agent's `/api/v1/summary`.
+
+    The summary carries only the fields the cluster views read (and omits empty
+    ones); every other field of `reduce_snapshot()`'s form gets its empty default,
+    so the aggregator walks both forms alike. `taken_at` comes from the response's
+    header, not from the body. `NotASnapshot` if `doc` is not a summary.
+    """
+    if not isinstance(doc, dict) or doc.get("kind") != SUMMARY_KIND \
+            or not isinstance(doc.get("devices"), list):
+        raise NotASnapshot("the agent's answer is not a node summary")
+    try:
+        devices = []
+        for device in doc["devices"]:
+            found = {**_device({}), **device}
+            found["holders"] = [{**_identity(h), "fraction": float(h.get("fraction") or 0.0),
+                                 "idle": bool(h.get("idle")),
+                                 "spinning": bool(h.get("spinning"))}
+                                for h in device.get("holders") or ()]
+            found["processes"] = [{**_identity(p), "memory_bytes": _number(p.get("memory_bytes")),
+                                   "sm_utilization": _number(p.get("sm_utilization"))}
+                                  for p in device.get("processes") or ()]
+            found["links"] = [{**_link({}), **link} for link in device.get("links") or ()]
+            devices.append(found)
+        return {
+            "node_id": str(doc.get("node_id") or ""),
+            "taken_at": 0.0,
+            "interval_s": float(doc.get("interval_s") or 0.0),
+            "cycle": 0,
+            "labels": {}, "agent": {}, "backends": [],
+            "placement": {str(k): str(v) for k, v in (doc.get("placement") or {}).items()},
+            "attribution": {"age_s": None, "sources": [],
+                            "knows_allocations": bool(doc.get("knows_allocations"))},
+            "devices": devices,
+        }
+    except (AttributeError, TypeError, ValueError) as error:
+        raise NotASnapshot(f"malformed summary: {error}") from error

@@ -14,6 +14,7 @@ from .record.history import History
 from .serving import errors_as_json, json_error
 from .sinks.json import snapshot_document
 from .sinks.prometheus import PrometheusRenderer, wants_openmetrics
+from .sinks.summary import SummaryCache, summary_response
 from .store import SnapshotStore
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -23,6 +24,8 @@ ENDPOINTS = {
     "/healthz": "liveness of the sampling loop, each backend, and what is not answering",
     "/api/v1/snapshot": "the latest node snapshot as JSON",
     record_endpoint.PATH: record_endpoint.DESCRIPTION,
+    "/api/v1/summary": "the compact node summary the head's rounds fetch (ETag, 304 when "
+                       "unchanged)",
 }
 MAX_REQUEST_BYTES = 16 * 1024
 
@@ -34,6 +37,7 @@ ALLOWED_PARAMETERS: dict[str, frozenset[str]] = {
     "/healthz": frozenset(),
     "/api/v1/snapshot": frozenset(),
     record_endpoint.PATH: record_endpoint.PARAMETERS,
+    "/api/v1/summary": frozenset(),
 }
 
 
@@ -59,6 +63,7 @@ class AgentHttp:
         self._history = history
         self._sampler_alive = sampler_alive
         self._renderer = renderer or PrometheusRenderer()
+        self._summary = SummaryCache()
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[errors_as_json, _known_parameters_only],
@@ -69,6 +74,7 @@ class AgentHttp:
         app.router.add_get("/api/v1/snapshot", self.snapshot)
         if self._history is not None:
             app.router.add_get(record_endpoint.PATH, record_endpoint.record_handler(self._history))
+        app.router.add_get("/api/v1/summary", self.summary)
         return app
 
     async def index(self, request: web.Request) -> web.Response:
@@ -95,6 +101,13 @@ class AgentHttp:
         if snapshot is None:
             return _not_ready()
         return web.json_response(snapshot_document(snapshot), dumps=_compact_json)
+
+    async def summary(self, request: web.Request) -> web.Response:
+        snapshot = self._store.latest
+        if snapshot is None:
+            return _not_ready()
+        return summary_response(self._summary.get(snapshot), snapshot,
+                                request.headers.get("If-None-Match"))
 
 
 def _not_ready() -> web.Response:
