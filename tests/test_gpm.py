@@ -341,3 +341,17 @@ def test_slow_gpm_call_suspends_gpm_not_the_device(open_backend):
     assert later[0].errors[backend_gpm.GPM_UNSUPPORTED].startswith("suspended")
     move_to(hw, 12)
     assert values(backend.sample(devices[1]), m.ACTIVITY, "engine") == {"sm": pytest.approx(0.6)}
+
+
+def test_a_device_offering_no_metric_is_not_sampled_again(open_backend):
+    backend, devices, hw = open_backend(scenario(gpu(0)))  # Hopper, but no GPM signal at all
+    two_cycles(backend, hw, devices)
+    calls = []
+    original = pynvml._nvmlGetFunctionPointer
+    pynvml._nvmlGetFunctionPointer = lambda name: (calls.append(name), original(name))[1]
+    try:
+        sample = backend.sample(devices[0])
+    finally:
+        pynvml._nvmlGetFunctionPointer = original
+    assert sample.up and gpm_readings(sample) == []
+    assert not [name for name in calls if name.startswith("nvmlGpm")]

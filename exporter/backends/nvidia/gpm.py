@@ -144,8 +144,8 @@ class GpmActivity:
         With the device's NVML `utilization` (0-1) of this cycle, the readings end with
         the spinning verdict (exporter/activity.py) once the window can tell.
         """
-        if not self._ready(nvml, handle):
-            return
+        if not self._ready(nvml, handle) or not self._request.metrics:
+            return  # no GPM, or none of the metrics asked for: nothing to sample for
         if self._clock() < self._suspended_until:
             nvml.cycle_errors[GPM_UNSUPPORTED] = "suspended: a GPM call was slow"
             self._forget_previous(nvml)  # values resume from a fresh sample, not this far back
