@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 STALE = "stale: the vendor library has not answered"
 NOT_ANSWERING = "not answering"
+NOT_OPENED = "not opened yet"
 DISCOVERY = "discovery"
 
 
@@ -112,6 +113,19 @@ class _Discovery:
     retry_at: float = 0.0
 
 
+def _log_change(backend: str, previous: DeviceSample | None, sample: DeviceSample) -> None:
+    """A device that had answered and went down is a WARNING; its coming back is said too."""
+    if previous is None or previous.up == sample.up:
+        return
+    device = sample.device
+    if sample.up:
+        log.info("%s device %s (%s) answers again", backend, device.index, device.uuid)
+    else:
+        reasons = "; ".join(f"{k}: {v}" for k, v in sorted(sample.errors.items()))
+        log.warning("%s device %s (%s) down: %s", backend, device.index, device.uuid,
+                    reasons or "no reason given")
+
+
 def _describe(error: BaseException) -> str:
     return str(error) if isinstance(error, (BackendUnavailable, DeviceDown)) else repr(error)
 
@@ -124,7 +138,10 @@ class BackendRunner:
     retry_s: float
     up: bool = False
     absent: bool = False
-    message: str = "not opened yet"
+    message: str = NOT_OPENED
+    # Set once the sampler's start report (exporter/start_report.py) has been logged: what
+    # happens before it is in that report, what happens after is logged on its own.
+    start_reported: bool = False
     devices: list[Device] = field(default_factory=list)  # in the backend's order
     last: dict[str, DeviceSample] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
@@ -181,6 +198,11 @@ class BackendRunner:
             if answered is None or now - answered > stale_after:
                 self._mark_stale(device, now, tally)
 
+    @property
+    def answered(self) -> bool:
+        """Whether its library has opened, or failed to, at least once."""
+        return self.up or self.message != NOT_OPENED
+
     def status(self) -> BackendStatus:
         return BackendStatus(
             name=self.backend.name, vendor=self.backend.vendor, up=self.up,
@@ -212,16 +234,30 @@ class BackendRunner:
         if error is None:
             self._list(future.result())
             self.up, self.absent, self.message = True, False, ""
-            log.info("backend %s up with %d device(s)%s", self.backend.name, len(self.devices),
-                     f", {len(self.undiscovered)} to identify" if self.undiscovered else "")
+            log.log(logging.INFO if self.start_reported else logging.DEBUG,
+                    "backend %s up with %d device(s)%s", self.backend.name, len(self.devices),
+                    f", {len(self.undiscovered)} to identify" if self.undiscovered else "")
             return
         message = _describe(error)
-        # Said once per reason: a host without a vendor's devices retries for ever.
-        level = logging.DEBUG if message == self.message else logging.WARNING
-        self.message, self.absent = message, isinstance(error, BackendAbsent)
+        absent = isinstance(error, BackendAbsent)
+        level = self._open_failure_level(message, absent)
+        self.message, self.absent = message, absent
         self.next_open_at = now + self.retry_s
-        log.log(level, "backend %s down: %s (retrying every %.0f s)",
-                self.backend.name, message, self.retry_s)
+        if absent:
+            log.log(level, "backend %s not present: %s (checking again every %.0f s)",
+                    self.backend.name, message, self.retry_s)
+        else:
+            log.log(level, "backend %s down: %s (retrying every %.0f s)",
+                    self.backend.name, message, self.retry_s)
+
+    def _open_failure_level(self, message: str, absent: bool) -> int:
+        """WARNING for a library that fails where its hardware is; a backend not present on
+        the host is named by the start report, or said once at INFO after it."""
+        if message == self.message:
+            return logging.DEBUG  # said once per reason: it is retried for ever
+        if not absent:
+            return logging.WARNING
+        return logging.INFO if self.start_reported else logging.DEBUG
 
     def _list(self, items: list[Device | Undiscovered]) -> None:
         for item in items:
@@ -285,8 +321,10 @@ class BackendRunner:
         self.stale.discard(placeholder.uuid)
         for number, device in enumerate(found):
             self.workers[device.uuid] = worker if number == 0 else self._worker(device)
-        log.info("%s device %s identified: %s", self.backend.name, placeholder.index,
-                 ", ".join(device.uuid for device in found) or "nothing")
+        # At start the start report counts them; a device identified later is news.
+        log.log(logging.INFO if self.start_reported else logging.DEBUG,
+                "%s device %s identified: %s", self.backend.name, placeholder.index,
+                ", ".join(device.uuid for device in found) or "nothing")
         if future is None:  # its first reads are still running on that worker
             self.first_reads.update(device.uuid for device in found)
         else:
@@ -319,6 +357,7 @@ class BackendRunner:
         previous = self.last.get(uuid)
         self.answered_at[uuid] = sample.taken_at
         self.stale.discard(uuid)
+        _log_change(self.backend.name, previous, checked)
         if checked.up:
             self.last[uuid] = with_link_rates(previous, checked)
         else:
@@ -329,6 +368,9 @@ class BackendRunner:
         if device.uuid not in self.stale:
             self.stale.add(device.uuid)
             tally.count("stale", f"{self.backend.name}.sample")
+            if device.uuid in self.answered_at:  # not before its first answer
+                log.warning("%s device %s (%s) stopped answering", self.backend.name,
+                            device.index, device.uuid)
         previous = self.last.get(device.uuid)
         known = previous.device if previous is not None else device
         self.last[device.uuid] = carried(

@@ -20,6 +20,7 @@ from .collective import CollectiveStallDetector
 from .heap import HeapTrimmer
 from .model import NodeSnapshot, stale_after_s
 from .runner import BackendRunner
+from .start_report import REPORT_WITHIN_S, start_report
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class Sampler:
         self._runners = [BackendRunner(b, retry_s) for b in backends]
         self._tally = ErrorTally()
         self._cycle = 0
+        self._report_by: float | None = None  # when the start report is due at the latest
+        self._start_reported = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -93,6 +96,7 @@ class Sampler:
         finished = time.time()
         for runner in self._runners:
             runner.finish_cycle(finished, self.stale_after_s, self._tally)
+        self._report_start()
         self._cycle += 1
         samples = tuple(s for runner in self._runners for s in runner.samples())
         attribution = self._attribution()
@@ -119,6 +123,21 @@ class Sampler:
         )
         self.store.publish(snapshot)
         return snapshot
+
+    def _report_start(self) -> None:
+        """Log which backends found how many devices, once all have answered (or in time)."""
+        if self._start_reported:
+            return
+        now = time.monotonic()
+        if self._report_by is None:
+            self._report_by = now + REPORT_WITHIN_S
+        opening = [runner.backend.name for runner in self._runners if not runner.answered]
+        if opening and now < self._report_by:
+            return
+        log.info("%s", start_report([runner.status() for runner in self._runners], opening))
+        self._start_reported = True
+        for runner in self._runners:
+            runner.start_reported = True
 
     def _error_counts(self) -> dict[tuple[str, str, str], int]:
         counts = {(AGENT, kind, fn): n for (kind, fn), n in self._tally.snapshot().items()}

@@ -96,9 +96,14 @@ def test_broken_amdsmi_leaves_the_other_vendors_serving(tmp_path):
         assert "libamd_smi.so" in health["backends"]["amd"]["message"]
         assert [(p["backend"], p["state"]) for p in health["not_answering"]] == [("amd", "down")]
     output = "".join(agent.output) + agent.proc.stdout.read()
-    amd_lines = [line for line in output.splitlines() if "amd" in line.lower()]
+    # one warning, and the start report naming it down
+    report = [line for line in output.splitlines() if "backends: " in line]
+    assert len(report) == 1 and "down: amd" in report[0], output
+    amd_lines = [line for line in output.splitlines()
+                 if "amd" in line.lower() and line not in report]
     assert len(amd_lines) == 1, output
-    assert "backend amd down" in amd_lines[0] and "Traceback" not in output
+    assert "WARNING" in amd_lines[0] and "backend amd down" in amd_lines[0]
+    assert "Traceback" not in output
 
 
 def test_lost_amd_gpu_is_down_while_others_report(tmp_path):
