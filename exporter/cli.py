@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from ..dashboard_module.standalone import register as register_dashboard
 from ..grafana.cli import register as register_grafana
@@ -111,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="simulated hardware: a shipped scenario name or a JSON file")
     demo.add_argument("--port", type=_bounded_number(int, 0, 65535, "--port"),
                       default=DEFAULT_PORT, help=f"agent port (default {DEFAULT_PORT})")
+    demo.add_argument("--ready-file", type=Path, metavar="PATH",
+                      help="write the demo's endpoints to PATH as JSON once everything serves")
     demo.set_defaults(run=_run_demo)
 
     scenarios = commands.add_parser("scenarios",
@@ -211,7 +214,9 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if workload_family(scenario) is None:
         parser.error(f"--scenario: {scenario['name']} {NO_WORKLOAD_DEVICES}; run `ray-accel "
                      f"agent --simulate {scenario['name']}` to see its devices")
-    return run(args.scenario, args.port)
+    if args.ready_file is not None and not args.ready_file.parent.is_dir():
+        parser.error(f"--ready-file: folder {str(args.ready_file.parent)!r} does not exist")
+    return run(args.scenario, args.port, args.ready_file)
 
 
 def _list_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -49,7 +49,7 @@ def demo_output(scenario: str) -> list[str]:
     try:
         lines = _lines_of(demo)
         deadline = time.monotonic() + READY_S
-        while not any(line.startswith("Metrics:") for line in output):
+        while not any(line.lstrip().startswith("Metrics:") for line in output):
             line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
             assert line is not None, "\n".join(output)
             output.append(line)

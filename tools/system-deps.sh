@@ -2,17 +2,18 @@
 # Installs the system packages the test suite uses (Debian): Prometheus and
 # promtool, a C compiler for the simulated NVML library, Node.js and npm for the
 # Accelerators tab's frontend, and Chromium for its browser tests. Runs apt-get
-# only for what is missing.
+# only for what is missing. `system-deps.sh demo` installs only what `make demo`
+# uses: the C compiler and Prometheus.
 set -euo pipefail
 
 declare -A PACKAGE_FOR=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [cc]=gcc
-  [node]=nodejs
-  [npm]=npm
-  [chromium]=chromium
 )
+if [ "${1:-}" != "demo" ]; then
+  PACKAGE_FOR+=([node]=nodejs [npm]=npm [chromium]=chromium)
+fi
 
 missing=()
 for command in "${!PACKAGE_FOR[@]}"; do

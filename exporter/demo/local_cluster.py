@@ -133,6 +133,13 @@ class LocalRayCluster:
         )
         self._enter_client_environment()
 
+    def session_dir(self) -> str:
+        """The head node's session folder (Ray's discovery file and logs are there)."""
+        from ..cluster.gcs import ClusterGcs
+
+        with ClusterGcs(self.gcs_address) as gcs:
+            return gcs.head().session_dir
+
     def add_node(self, env: dict[str, str] | None = None, *args: str) -> str:
         """Start another node of the cluster on this machine; returns its node id."""
         before = {node_id_of(cmd) for cmd, _, _ in processes().values() if is_raylet(cmd)}

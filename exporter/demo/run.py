@@ -1,10 +1,13 @@
 """`ray-accel demo`: a private Ray cluster on a simulated 8x H200 node, a workload, the agent.
 
 It starts simulated hardware, a Ray head node on it (in a temp dir of its own,
-so it never touches another Ray cluster on the machine), the agent attributing
-to that node, and a small workload with one actor that holds a device and does
-nothing. Once the agent sees the workload it prints who holds which device,
-then serves until interrupted, and cleans everything up.
+so it never touches another Ray cluster on the machine) with its dashboard and
+the Accelerators tab loaded, the agent attributing to that node, a small
+workload with one actor that holds a device and does nothing, and a local
+Prometheus (exporter/demo/prometheus.py) scraping Ray and the agent with the
+alert rules loaded. Once the agent sees the workload it prints who holds which
+device, then, when the tab and Prometheus answer, where to find them; it serves
+until interrupted, and cleans everything up.
 
 The workload runs on the scenario's NVIDIA GPUs, or, on a node without them,
 on its AMD GPUs (`--scenario mi300x-8`, `mi355x-8`: Ray is told how many, as
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -30,16 +34,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ray._common.network_utils import find_free_port
+
+from ...dashboard_module.bootstrap import ENABLE_VARIABLE
+from ...dashboard_module.standalone import ray_dashboard_url
 from ..agent import Agent, AgentConfig
+from ..cluster.sd_file import default_path, write_atomically
 from ..model import NodeSnapshot
 from ..simulate import ScenarioError, SimulatedHardware, load_scenario
 from ..simulate.contexts import for_real_processes
 from ..simulate.gaudi_fake import driven_by_workloads
 from ..simulate.neuron_fake import driven_by_processes
+from .endpoints import DemoEndpoints, wait_for_tab
 from .local_cluster import LocalRayCluster
+from .prometheus import MISSING as PROMETHEUS_MISSING
+from .prometheus import DemoPrometheus, find_binary
 from .workload import ACCELERATORS
 
 READY_TIMEOUT_S = 240
+REGISTER_INTERVAL_S = 2.0
+DISCOVERY_INTERVAL_S = 2.0
+# The documented opt-in (docs/dashboard.md), and the tab refreshing as often as the agent.
+TAB_IN_RAYS_DASHBOARD = {ENABLE_VARIABLE: "1", "RAY_ACCEL_DASHBOARD_REFRESH_S": "2"}
+log = logging.getLogger(__name__)
 NO_WORKLOAD_DEVICES = ("has no NVIDIA or AMD GPUs, TPU chips, NeuronCores or Gaudi cards for "
                        "the demo's workload")
 
@@ -131,15 +148,58 @@ async def _wait_for_workload(agent: Agent, stop: asyncio.Event,
     return None
 
 
-async def _serve(cluster: LocalRayCluster, port: int, out: Path,
-                 family: WorkloadFamily) -> None:
+async def _keep_discovery_file(gcs_address: str, path: Path, stop: asyncio.Event) -> None:
+    """Keep the agents' Prometheus discovery file up to date, as `ray-accel sd-file --watch`."""
+    from ..cluster.deploy import write_discovery
+    from ..cluster.gcs import ClusterGcs
+
+    try:
+        gcs = await asyncio.to_thread(ClusterGcs, gcs_address)
+    except Exception as error:
+        print(f"The agents' discovery file cannot be written ({error}): Prometheus will not "
+              "find the agent.", flush=True)
+        return
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(write_discovery, gcs, path)
+            except Exception as error:  # the next round tries again
+                log.debug("discovery file not written: %s", error)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), DISCOVERY_INTERVAL_S)
+    finally:
+        await asyncio.to_thread(gcs.close)
+
+
+def _start_prometheus(folder: Path, session_dir: Path) -> DemoPrometheus | None:
+    binary = find_binary()
+    if binary is None:
+        print(PROMETHEUS_MISSING, flush=True)
+        return None
+    prometheus = DemoPrometheus(binary, folder, session_dir)
+    try:
+        prometheus.start()
+    except OSError as error:
+        print(f"Prometheus could not be started ({error}): the demo runs without it.",
+              flush=True)
+        return None
+    return prometheus
+
+
+async def _serve(cluster: LocalRayCluster, port: int, folder: Path, family: WorkloadFamily,
+                 ready_file: Path | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    agent = Agent(AgentConfig(port=port, ray_address=cluster.gcs_address))
+    agent = Agent(AgentConfig(port=port, ray_address=cluster.gcs_address,
+                              register_interval_s=REGISTER_INTERVAL_S))
     await agent.start()
-    workload = _start_workload(cluster, out, family.accelerator)
+    workload = _start_workload(cluster, folder / "workload", family.accelerator)
+    session_dir = Path(cluster.session_dir())
+    prometheus = _start_prometheus(folder / "prometheus", session_dir)
+    discovery = asyncio.create_task(_keep_discovery_file(
+        cluster.gcs_address, default_path(str(session_dir)), stop))
     try:
         print("Waiting for the workload to start on the simulated devices...", flush=True)
         holders = ACCELERATORS[family.accelerator].holders()
@@ -149,18 +209,48 @@ async def _serve(cluster: LocalRayCluster, port: int, out: Path,
             print(holder_table(snapshot))
         elif not stop.is_set():
             print("The workload did not show up in time; the agent keeps serving.")
-        print(f"\nMetrics:  {agent.url}/metrics\nSnapshot: {agent.url}/api/v1/snapshot\n"
-              f"Health:   {agent.url}/healthz\nPress Ctrl-C to stop.", flush=True)
+        dashboard = ray_dashboard_url(cluster.gcs_address) or ""
+        token = cluster.token.read_text().strip()
+        problem = await asyncio.to_thread(wait_for_tab, dashboard, token, stop.is_set)
+        if problem and not stop.is_set():
+            print(f"\n{problem}; see {cluster.root}/ray/session_latest/logs/dashboard*.log")
+        if prometheus is not None:
+            failed = await asyncio.to_thread(prometheus.wait_ready)
+            if failed:
+                print(f"{failed}: the demo runs without Prometheus.", flush=True)
+                prometheus.stop()
+                prometheus = None
+        endpoints = DemoEndpoints(dashboard_url=dashboard, token_file=str(cluster.token),
+                                  agent_url=agent.url,
+                                  prometheus_url=prometheus.url if prometheus else None,
+                                  folders=(str(folder), str(cluster.root)))
+        if not stop.is_set():
+            print(f"\n{endpoints.text()}\nPress Ctrl-C to stop.", flush=True)
+            if ready_file is not None:
+                write_atomically(ready_file, endpoints.to_json())
         await stop.wait()
     finally:
+        stop.set()
+        await discovery
+        if prometheus is not None:
+            await asyncio.to_thread(prometheus.stop)
         with contextlib.suppress(BrokenPipeError):
             workload.stdin.close()
         workload.terminate()
         await agent.stop()
 
 
-def run(scenario: str = "hgx-h200", port: int = 9478) -> int:
+def _metric_ports() -> dict[str, str]:
+    """Free ports for the metrics of Ray's dashboard and autoscaler, whose defaults (44227,
+    44217) another Ray cluster on the machine may hold: the demo's Prometheus scrapes its own."""
+    return {"DASHBOARD_METRIC_PORT": str(find_free_port()),
+            "AUTOSCALER_METRIC_PORT": str(find_free_port())}
+
+
+def run(scenario: str = "hgx-h200", port: int = 9478, ready_file: Path | None = None) -> int:
     """Run the demo until interrupted; returns the exit code.
+
+    `ready_file`, when given, receives the endpoints as JSON once everything serves.
 
     Raises:
         ScenarioError: the scenario is invalid, or has no devices the workload runs on.
@@ -177,11 +267,13 @@ def run(scenario: str = "hgx-h200", port: int = 9478) -> int:
         hardware.activate()  # the agent in this process reads the same simulated devices
         cluster = LocalRayCluster(prefix="ray-accel-demo-")
         try:
-            print("Starting a Ray head node on the simulated hardware...", flush=True)
-            cluster.start_head(hardware.environ(), "--num-cpus=4",
+            print("Starting a Ray head node with its dashboard and the Accelerators tab on the "
+                  "simulated hardware...", flush=True)
+            cluster.start_head({**hardware.environ(), **TAB_IN_RAYS_DASHBOARD,
+                                **_metric_ports()}, "--num-cpus=4",
                                *([f"--num-gpus={gpus}"] if gpus else []),
                                *([f"--resources={json.dumps(resources)}"] if resources else []))
-            asyncio.run(_serve(cluster, port, Path(folder) / "workload", family))
+            asyncio.run(_serve(cluster, port, Path(folder), family, ready_file))
         finally:
             print("Stopping the demo's Ray cluster...", flush=True)
             cluster.stop()
