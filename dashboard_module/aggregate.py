@@ -112,29 +112,38 @@ def unhealthy_fabric(fabric: dict[str, Any] | None) -> str:
     return f"{fabric['health_summary_name'] or 'not healthy'}" + (f": {issues}" if issues else "")
 
 
-def device_findings(node: NodeState, device: dict[str, Any]) -> list[dict[str, Any]]:
-    """Everything wrong with one device, most severe first."""
-    name = f"{device['model']} #{device['index']}"
-    if not device["up"]:
-        return [_finding("device_down", "critical", node, f"{name} is not answering", device,
-                         errors=device["errors"])]
+def _counted_errors(node: NodeState, device: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """Findings from the device's error counters: uncorrected ECC errors, XID events."""
     found = []
-    if device["stale"]:
-        found.append(_finding("device_stale", "warning", node,
-                              f"{name}: values are {device['age_s'] or 0:.0f} s old", device))
     if device["ecc_uncorrected"]:
         found.append(_finding("ecc_uncorrected", "critical", node,
                               f"{name}: {device['ecc_uncorrected']:.0f} uncorrected ECC errors",
                               device, count=device["ecc_uncorrected"]))
-    if device["row_remap_failure"] or device["row_remap_pending"]:
-        what = "failed" if device["row_remap_failure"] else "pending (needs a reset)"
-        found.append(_finding("row_remap", "critical" if device["row_remap_failure"] else
-                              "warning", node, f"{name}: row remap {what}", device))
     if device["xid_errors"]:
         codes = ", ".join(f"XID {code} x{count:.0f}"
                           for code, count in sorted(device["xid_errors"].items()))
         found.append(_finding("xid", "critical", node, f"{name}: {codes}", device,
                               xid=device["xid_errors"]))
+    return found
+
+
+def device_findings(node: NodeState, device: dict[str, Any]) -> list[dict[str, Any]]:
+    """Everything wrong with one device, most severe first."""
+    name = f"{device['model']} #{device['index']}"
+    if not device["up"]:
+        # A device that does not answer keeps its counters (the XID that announced the
+        # loss among them): what they say is still true.
+        return [_finding("device_down", "critical", node, f"{name} is not answering", device,
+                         errors=device["errors"]), *_counted_errors(node, device, name)]
+    found = []
+    if device["stale"]:
+        found.append(_finding("device_stale", "warning", node,
+                              f"{name}: values are {device['age_s'] or 0:.0f} s old", device))
+    found += _counted_errors(node, device, name)
+    if device["row_remap_failure"] or device["row_remap_pending"]:
+        what = "failed" if device["row_remap_failure"] else "pending (needs a reset)"
+        found.append(_finding("row_remap", "critical" if device["row_remap_failure"] else
+                              "warning", node, f"{name}: row remap {what}", device))
     harmful = [r for r in device["throttle_reasons"] if r in HARMFUL_THROTTLE_REASONS]
     if harmful:
         found.append(_finding("throttling", "warning", node,

@@ -107,6 +107,22 @@ def test_findings_cover_every_kind(template):
     assert view.jobs[JOB]["idle_allocations"] == 1 and view.jobs[JOB]["actors"] == 2
 
 
+def test_a_lost_device_keeps_its_xid_and_ecc_findings(template):
+    doc = copy.deepcopy(template)
+    doc["taken_at"] = time.time()
+    doc["attribution"]["node_id"] = node_id(1)
+    lost = doc["devices"][2]
+    # What the agent exports for a lost GPU: its counters at their last values, no gauges.
+    lost.update(up=False, links=[], processes=[], values={})
+    _set(lost["values"], "ray.accelerator.xid.errors", {"xid": "79"}, 200)
+    _set(lost["values"], "hw.errors", {"error_type": "ecc_uncorrected"}, 4)
+    node = NodeState(node_id(1), "http://x", "host-1", data=reduce_snapshot(doc))
+    found = [f for f in build_view([node], refresh_s=5).findings
+             if f["device_index"] == lost["index"]]
+    assert {f["kind"] for f in found} == {"device_down", "xid", "ecc_uncorrected"}
+    assert next(f for f in found if f["kind"] == "xid")["details"]["xid"] == {"79": 200}
+
+
 async def _client(collector: Collector, token: str | None = TOKEN) -> TestClient:
     api = AcceleratorsApi(collector, "standalone", "http://127.0.0.1:8265")
     client = TestClient(TestServer(build_app(api, token)))
