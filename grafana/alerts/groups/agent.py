@@ -145,6 +145,8 @@ def _samples_stale(config: AlertConfig) -> Rule:
                     "reads every device in its own worker so that a hung call stalls only "
                     "that device; this alert is that stall.",
             causes=("A driver call that hangs on a sick device (often before it is lost).",
+                    "A lost device (`RayAcceleratorDeviceLost` fires too): the agent keeps "
+                    "exporting its counters at their last values, so their age grows.",
                     "An overloaded node: the agent gets no CPU time.",
                     "A sampling interval set longer than the threshold."),
             checks=("The agent health board: sample age per device, cycle duration, "
