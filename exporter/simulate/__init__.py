@@ -134,10 +134,15 @@ class SimulatedHardware:
         library = build_library()
         owns = state_dir is None
         folder = pathlib.Path(tempfile.mkdtemp(prefix="fakenvml-") if owns else state_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        hw = cls(expanded, library, folder / STATE_FILE_NAME, time.time(), owns)
-        hw._write(expanded)
         try:
+            folder.mkdir(parents=True, exist_ok=True)
+            hw = cls(expanded, library, folder / STATE_FILE_NAME, time.time(), owns)
+        except BaseException:  # a signal or error before `hw` can clean up after itself
+            if owns:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+        try:
+            hw._write(expanded)
             for section, module in FAMILY_FAKES.items():
                 if section in expanded:
                     fake = importlib.import_module(f".{module}", __package__)
