@@ -39,11 +39,17 @@ def board() -> Board:
                                  f"({rate(sel(m.LINK_IO, FABRIC))})", DEVICE + " {{direction}}"),
                            unit="Bps"),
                 timeseries("PCIe bandwidth per device", "Bytes per second over each device's "
-                           "PCIe host link, by direction: from the byte counters, or as the "
-                           "driver samples it where it has no counters (Gaudi).",
+                           "PCIe host link, by direction: from the byte counters, and as the "
+                           "device measures it (NVIDIA GPM; the driver's sample on Gaudi).",
                            Query(rate(sel(m.LINK_IO, PCIE)), DEVICE + " {{direction}}"),
                            Query(sel(m.GAUDI_PCIE_THROUGHPUT), DEVICE + " {{direction}} (sampled)"),
                            unit="Bps"),
+                timeseries("NVLink and C2C bandwidth measured by the device", "Bytes per "
+                           "second over each device's NVLinks and Grace C2C links, by "
+                           "direction, as the device measures it (NVIDIA GPM).",
+                           Query("sum by (ray_node_id, vendor, index, link_type, direction) "
+                                 f"({sel(m.LINK_THROUGHPUT)})",
+                                 DEVICE + " {{link_type}} {{direction}}"), unit="Bps"),
                 timeseries("Bandwidth per link", "Bytes per second on each NVLink/XGMI link: "
                            "an uneven spread points at a slow or missing link.",
                            Query(rate(sel(m.LINK_IO, FABRIC)),

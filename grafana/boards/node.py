@@ -36,6 +36,19 @@ def board() -> Board:
                            "engines were busy.",
                            Query(sel(m.GPU_UTILIZATION, one_of("task", "encoder", "decoder")),
                                  DEVICE + " {{task}}"), unit="percentunit", low=0, high=1),
+                timeseries("Engine activity (GPM)", "What the device measures its engines did "
+                           "(Hopper and newer): graphics engine, SMs busy, SM occupancy, DRAM "
+                           "bandwidth. Unlike compute utilization, a kernel spinning reads "
+                           "near 0 SM activity.",
+                           Query(sel(m.ACTIVITY), DEVICE + " {{engine}}"),
+                           unit="percentunit", low=0, high=1),
+                timeseries("Pipe activity (GPM)", "Fraction of time the SMs' tensor, FP64, "
+                           "FP32, FP16 and integer pipes were busy.",
+                           Query(sel(m.PIPE_ACTIVITY), DEVICE + " {{pipe}}"),
+                           unit="percentunit", low=0, high=1),
+                timeseries("Spinning", "1 while a device is busy by its utilization but its "
+                           "SMs and tensor pipes do nothing (a collective waiting on its "
+                           "peers).", Query(sel(m.DEVICE_SPINNING), DEVICE), low=0, high=1),
             ]),
             Section("Power, temperature and clocks", [
                 timeseries("Power", "Power drawn, and the limit the driver enforces.",

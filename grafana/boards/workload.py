@@ -66,6 +66,13 @@ def board() -> Board:
                            "compute engines busy.",
                            Query(in_job(m.PROCESS_UTILIZATION, eq("engine", "sm")), WORKER),
                            unit="percentunit", low=0, high=1),
+                table("Holders of spinning devices", "Workers holding a device that is busy "
+                      "by its utilization while its SMs and tensor pipes do nothing (1 = "
+                      "spinning): a collective waiting on peers, not work.",
+                      Query(f"{sel(m.DEVICE_SPINNING)} * on (ray_node_id, uuid) group_right "
+                            f"{in_job(m.ALLOCATION)}"),
+                      hidden=HIDDEN, names={**NAMES, "Value": "Spinning x share"},
+                      links=[NODE_DETAIL]),
                 timeseries("Device memory by worker", "Device memory each process uses.",
                            Query(in_job(m.PROCESS_MEMORY_USAGE), WORKER), unit="bytes"),
                 timeseries("Compute use by job", "Sum of the SM utilization of each job's "
