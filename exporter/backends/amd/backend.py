@@ -18,13 +18,22 @@ from types import ModuleType
 from typing import Any
 
 from ...model import Device, Link, Reading
-from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice, unavailable
+from ..base import (
+    BackendUnavailable,
+    DeviceReads,
+    HandleBackend,
+    HandleDevice,
+    Undiscovered,
+    open_in_turn,
+    unavailable,
+)
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number
 from .interconnect import bus_key, read_xgmi
+from .joining import GpuTopology
 from .library import load_amdsmi
 from .probes import BOARD_PROBES, PARTITION_PROBES, throttling
 from .processes import EngineClock, processes
-from .topology import Placed, peers_of, placement_facts
+from .topology import Placed, placement_facts
 from .xcp import METRICS_TABLE, Residency, throttle_held, xcp_readings
 
 _NA = "N/A"
@@ -51,6 +60,13 @@ class _Tracked(HandleDevice):
     residency: Residency = field(default_factory=Residency)  # metrics-table accumulators
 
 
+@dataclass(frozen=True, slots=True)
+class _PendingGpu(Undiscovered):
+    """A GPU amdsmi lists, not identified yet: its handles, the primary partition's first."""
+
+    handles: tuple[Any, ...] = ()
+
+
 @dataclass(frozen=True)
 class _Identity:
     uuid: str
@@ -69,9 +85,15 @@ class AmdBackend(HandleBackend[_Tracked]):
     def __init__(self) -> None:
         super().__init__()
         self._library: ModuleType | None = None
-        self._uuid_by_bus: dict[str, str] = {}
+        self._topology = GpuTopology()
 
     def open(self) -> Sequence[Device]:
+        """amdsmi and every GPU, identified in turn (for tools; the sampler bounds each step)."""
+        open_in_turn(self, self._listed_down)
+        return [t.device for t in self._tracked.values()]  # with every pair joined
+
+    def open_library(self) -> Sequence[Undiscovered]:
+        """amdsmi, its facts, and one undiscovered GPU per PCI device with its partitions."""
         try:
             library = load_amdsmi()
         except BackendUnavailable as error:  # absent, unless the host has AMD GPUs
@@ -89,10 +111,73 @@ class AmdBackend(HandleBackend[_Tracked]):
             raise unavailable(f"amdsmi lists no GPUs: {_describe(error)}",
                               _DEVICE_NODES) from None
         self._tracked = {}
+        self._topology = GpuTopology()
         self._facts = self._read_facts(library, handles)
-        self._discover(library, handles)
-        self._read_topology(library)
-        return [t.device for t in self._tracked.values()]
+        return [_PendingGpu(Device(self.vendor, str(index), f"amd-index-{index}", "unknown"),
+                            tuple(group))
+                for index, group in enumerate(self._by_pci_device(library, handles))]
+
+    def discover(self, pending: Undiscovered) -> Sequence[Device]:
+        """Identify one GPU (its primary partition's handle first) and its other partitions."""
+        if not isinstance(pending, _PendingGpu) or self._library is None:
+            raise TypeError(f"not a GPU this backend listed: {pending!r}")
+        library, index = self._library, pending.placeholder.index
+        primary, *others = pending.handles
+        calls = DeviceCalls(library, self.errors)
+        identity = self._identify(calls, primary, int(index))  # DeviceDown: listed down
+        gpu = _Tracked(Device(self.vendor, index, identity.uuid, identity.model,
+                              identity.pci_bus_id, facts=identity.facts), primary, calls)
+        placed = Placed(primary, gpu.device.uuid, index, gpu.device.pci_bus_id)
+        gpu.device = replace(gpu.device, facts={**gpu.device.facts,
+                                                **placement_facts(library, placed)})
+        inherited = {k: gpu.device.facts[k] for k in _INHERITED if k in gpu.device.facts}
+        partitions = []
+        for handle in others:
+            partition_calls = DeviceCalls(library, self.errors)
+            try:
+                part = self._identify(partition_calls, handle, int(index))
+            except DeviceDown:
+                continue
+            device = Device(self.vendor, f"{index}/{part.partition_id}", part.uuid, part.model,
+                            part.pci_bus_id, parent_uuid=gpu.device.uuid,
+                            facts={**part.facts, **inherited})
+            partitions.append(_Tracked(device, handle, partition_calls, board=False))
+        self._topology.join(library, gpu, partitions, self._tracked)
+        return [t.device for t in (gpu, *partitions)]
+
+    @staticmethod
+    def _by_pci_device(library: ModuleType, handles: Sequence[Any]) -> list[list[Any]]:
+        """amdsmi's handles grouped by PCI device, in its order: a GPU's partitions follow it.
+
+        The bus id comes from the kernel's PCI view, not from the GPU, so asking for
+        it does not hang on a sick GPU; a handle whose bus id is unknown stands alone.
+        """
+        groups: dict[str, list[Any]] = {}
+        alone: list[list[Any]] = []
+        order: list[list[Any]] = []
+        for handle in handles:
+            try:
+                bus = bus_key(_text(library.amdsmi_get_gpu_device_bdf(handle)))
+            except library.AmdSmiException:
+                bus = ""
+            if not bus:
+                alone.append([handle])
+                order.append(alone[-1])
+            elif bus in groups:
+                groups[bus].append(handle)
+            else:
+                groups[bus] = [handle]
+                order.append(groups[bus])
+        return order
+
+    def _listed_down(self, pending: Undiscovered, error: Exception) -> Device:
+        """A GPU that cannot even be identified is still listed, as down, with why."""
+        placeholder = pending.placeholder
+        assert self._library is not None
+        calls = DeviceCalls(self._library, self.errors)
+        calls.cycle_errors["discovery"] = str(error)
+        self._tracked[placeholder.uuid] = _Tracked(placeholder, None, calls)
+        return placeholder
 
     def close(self) -> None:
         library, self._library = self._library, None
@@ -114,7 +199,7 @@ class AmdBackend(HandleBackend[_Tracked]):
             for probe in BOARD_PROBES:
                 if not (held and probe is throttling):
                     readings.extend(probe(calls, handle))
-            links = read_xgmi(calls, handle, self._uuid_by_bus)
+            links = read_xgmi(calls, handle, self._topology.uuid_by_bus)
             readings.extend(activity + held)
         return DeviceReads(tuple(readings), links, processes(calls, handle, tracked.engines))
 
@@ -131,35 +216,6 @@ class AmdBackend(HandleBackend[_Tracked]):
                 if driver:
                     facts["driver_version"] = driver
         return facts
-
-    def _discover(self, library: ModuleType, handles: Sequence[Any]) -> None:
-        physical: list[_Tracked] = []
-        for position, handle in enumerate(handles):
-            calls = DeviceCalls(library, self.errors)
-            try:
-                identity = self._identify(calls, handle, position)
-            except DeviceDown as down:
-                # A GPU that cannot even be identified is still listed, as down.
-                device = Device(self.vendor, str(len(physical)), f"amd-index-{position}",
-                                "unknown")
-                calls.cycle_errors["discovery"] = str(down)
-                tracked = _Tracked(device, None, calls)
-                physical.append(tracked)
-                self._tracked[device.uuid] = tracked
-                continue
-            parent = physical[-1] if physical and identity.partition_id else None
-            if parent is not None and bus_key(parent.device.pci_bus_id) == bus_key(
-                    identity.pci_bus_id):
-                device = Device(self.vendor, f"{parent.device.index}/{identity.partition_id}",
-                                identity.uuid, identity.model, identity.pci_bus_id,
-                                parent_uuid=parent.device.uuid, facts=identity.facts)
-                self._tracked[device.uuid] = _Tracked(device, handle, calls, board=False)
-                continue
-            device = Device(self.vendor, str(len(physical)), identity.uuid, identity.model,
-                            identity.pci_bus_id, facts=identity.facts)
-            tracked = _Tracked(device, handle, calls)
-            physical.append(tracked)
-            self._tracked[device.uuid] = tracked
 
     def _identify(self, calls: DeviceCalls, handle: Any, position: int) -> _Identity:
         uuid = _text(calls.call("amdsmi_get_gpu_device_uuid", handle))
@@ -183,21 +239,3 @@ class AmdBackend(HandleBackend[_Tracked]):
             partition_id=int(partition) if partition else 0,
             facts=facts,
         )
-
-    def _read_topology(self, library: ModuleType) -> None:
-        """Device pairs, NUMA nodes and nearest NICs of the physical GPUs; partitions inherit."""
-        physical = [t for t in self._tracked.values()
-                    if t.handle is not None and not t.device.parent_uuid]
-        placed = [Placed(t.handle, t.device.uuid, t.device.index, t.device.pci_bus_id)
-                  for t in physical]
-        self._uuid_by_bus = {bus_key(p.pci_bus_id): p.uuid for p in placed if p.pci_bus_id}
-        facts = [{**t.device.facts, **placement_facts(library, p)}
-                 for t, p in zip(physical, placed, strict=True)]
-        peers = peers_of(library, placed, [f.get("numa_node", "") for f in facts])
-        for tracked, own_facts, own_peers in zip(physical, facts, peers, strict=True):
-            tracked.device = replace(tracked.device, facts=own_facts, peers=own_peers)
-        for tracked in self._tracked.values():
-            if tracked.device.parent_uuid in self._tracked:
-                parent = self._tracked[tracked.device.parent_uuid].device
-                extra = {k: parent.facts[k] for k in _INHERITED if k in parent.facts}
-                tracked.device = replace(tracked.device, facts={**tracked.device.facts, **extra})
