@@ -9,6 +9,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 
 from ...dashboard_module.api import PREFIX
+from .prometheus import DEMO_THRESHOLDS
 
 TAB_READY_TIMEOUT_S = 120.0
 
@@ -42,7 +43,7 @@ class DemoEndpoints:
         if self.prometheus_url:
             lines.append(f"Prometheus alerts: {self.prometheus_url}/alerts  "
                          "(RayAcceleratorAllocatedIdle fires once the idle actor has held its "
-                         "GPU for 30 s)")
+                         f"device for {DEMO_THRESHOLDS['idle_allocation_for']})")
         lines += [
             "Agent:",
             f"  Metrics:  {self.agent_url}/metrics",
