@@ -1,10 +1,14 @@
 """The demo without a usable Prometheus: one clear line, no traceback, the rest serves.
 
 The demo's start-up step for Prometheus (exporter/demo/run.py) with the server missing,
-with one that exits at once, and the endpoints it then prints.
+with one that exits at once, and the endpoints it then prints; and a --ready-file the
+demo could not write, refused before anything starts.
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 from ray_accel.exporter.demo import run as demo_run
 from ray_accel.exporter.demo.endpoints import DemoEndpoints
@@ -40,3 +44,12 @@ def test_without_prometheus_the_endpoints_leave_out_its_alerts_page():
     assert "Prometheus" not in text
     assert text.splitlines()[0] == "Accelerators tab:  http://127.0.0.1:1/accelerators/"
     assert "Metrics:  http://127.0.0.1:2/metrics" in text
+
+
+def test_a_ready_file_in_a_missing_folder_is_refused_before_anything_starts(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "demo",
+                             "--ready-file", str(tmp_path / "no-such-folder" / "ready.json")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--ready-file: folder" in result.stderr and "does not exist" in result.stderr
+    assert result.stdout == ""
