@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from importlib.metadata import entry_points
@@ -20,6 +21,7 @@ from ray_accel.exporter.backends.base import BackendUnavailable
 from ray_accel.exporter.backends.gaudi import GaudiBackend
 from ray_accel.exporter.backends.gaudi.nic import STATS_BUDGET_S
 from ray_accel.exporter.rates import with_link_rates
+from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.simulate import STATE_ENV, ScenarioError, SimulatedHardware, load_scenario
 from ray_accel.exporter.simulate.gaudi_fake import (
     FAKE_PYHLML_DIR,
@@ -27,6 +29,7 @@ from ray_accel.exporter.simulate.gaudi_fake import (
     activate_fake_pyhlml,
     driven_by_workloads,
 )
+from ray_accel.exporter.store import SnapshotStore
 
 GIB = 2**30
 MODULES = (3, 1, 0, 2)  # module ids of HLML indices 0..3: not the indices
@@ -300,6 +303,37 @@ def test_a_device_lost_before_discovery_is_listed_down(open_gaudi):
     assert len(devices) == 4 and devices[1].uuid == "gaudi-index-1"
     assert not backend.sample(devices[1]).up
     assert backend.sample(devices[0]).up
+
+
+def test_a_card_hanging_at_discovery_hides_no_other(simulated):
+    """HLML's first call on card 2 never returns: the sampler identifies each card on its own."""
+    simulated(gaudi_scenario())
+    import pyhlml
+
+    release = threading.Event()
+    real_uuid = pyhlml.hlmlDeviceGetUUID
+
+    def uuid_of(handle):
+        if handle.value == 3:  # card index 2
+            release.wait(30)
+        return real_uuid(handle)
+
+    pyhlml.hlmlDeviceGetUUID = uuid_of
+    sampler = Sampler([GaudiBackend()], SnapshotStore(), interval_s=0.5)
+    try:
+        first = sampler.run_cycle()
+        by_index = {s.device.index: s for s in first.devices}
+        assert sorted(i for i, s in by_index.items() if s.up) == ["0", "1", "3"]
+        assert by_index["2"].stale and by_index["2"].device.uuid == "gaudi-index-2"
+        release.set()
+        time.sleep(0.1)
+        sampler.run_cycle()
+        joined = {s.device.index: s for s in sampler.run_cycle().devices}
+        assert joined["2"].up and joined["2"].device.uuid == uuid(2)
+    finally:
+        release.set()
+        sampler.stop()
+        pyhlml.hlmlDeviceGetUUID = real_uuid
 
 
 @pytest.mark.parametrize(("setting", "message"), [

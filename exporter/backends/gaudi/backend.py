@@ -17,7 +17,15 @@ from typing import Any
 
 from ...model import Device, Reading
 from ...nics import nearest_nics
-from ..base import BackendUnavailable, DeviceReads, HandleBackend, HandleDevice, unavailable
+from ..base import (
+    BackendUnavailable,
+    DeviceReads,
+    HandleBackend,
+    HandleDevice,
+    Undiscovered,
+    open_in_turn,
+    unavailable,
+)
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number, text
 from .library import load_pyhlml, start_hlml
 from .nic import PortReader, ports_of
@@ -51,6 +59,11 @@ class GaudiBackend(HandleBackend[_Tracked]):
         self._library: ModuleType | None = None
 
     def open(self) -> Sequence[Device]:
+        """HLML and every device, identified in turn (for tools; the sampler bounds each step)."""
+        return open_in_turn(self, self._listed_down)
+
+    def open_library(self) -> Sequence[Undiscovered]:
+        """HLML, its facts, and the devices it counts, each to be identified on its own."""
         try:
             library = load_pyhlml()
             start_hlml(library)
@@ -67,10 +80,30 @@ class GaudiBackend(HandleBackend[_Tracked]):
             raise unavailable("HLML found no Gaudi devices", _DEVICE_NODES)
         self._facts = self._read_facts(library)
         self._tracked = {}
-        for index in range(count):
-            tracked = self._discover(library, index)
-            self._tracked[tracked.device.uuid] = tracked
-        return [t.device for t in self._tracked.values()]
+        return [Undiscovered(Device(self.vendor, str(index), f"gaudi-index-{index}",
+                                    UNKNOWN_MODEL)) for index in range(count)]
+
+    def discover(self, pending: Undiscovered) -> Sequence[Device]:
+        """Identify one device and its RoCE ports; raises DeviceDown when it does not answer."""
+        if self._library is None:
+            raise BackendUnavailable("HLML is not open")
+        index = int(pending.placeholder.index)
+        calls = DeviceCalls(self._library, self.errors)
+        handle = calls.call("hlmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            raise DeviceDown("hlmlDeviceGetHandleByIndex", "no_handle")
+        device = self._identify(calls, handle, index)
+        self._tracked[device.uuid] = _Tracked(device, handle, calls,
+                                              nic=PortReader(ports_of(calls, handle)))
+        return [device]
+
+    def _listed_down(self, pending: Undiscovered, error: Exception) -> Device:
+        """A device that cannot even be identified is still listed, as down, with why."""
+        placeholder = pending.placeholder
+        calls = DeviceCalls(self._library, self.errors)
+        calls.cycle_errors["discovery"] = str(error)
+        self._tracked[placeholder.uuid] = _Tracked(placeholder, None, calls)
+        return placeholder
 
     def close(self) -> None:
         library, self._library = self._library, None
@@ -100,21 +133,6 @@ class GaudiBackend(HandleBackend[_Tracked]):
                 if value:
                     facts[key] = value
         return facts
-
-    def _discover(self, library: ModuleType, index: int) -> _Tracked:
-        calls = DeviceCalls(library, self.errors)
-        try:
-            handle = calls.call("hlmlDeviceGetHandleByIndex", index)
-            if handle is None:
-                raise DeviceDown("hlmlDeviceGetHandleByIndex", "no_handle")
-            device = self._identify(calls, handle, index)
-            ports = ports_of(calls, handle)
-        except DeviceDown as down:
-            # A device that cannot even be identified is still listed, as down.
-            calls.cycle_errors["discovery"] = str(down)
-            device = Device(self.vendor, str(index), f"gaudi-index-{index}", UNKNOWN_MODEL)
-            return _Tracked(device, None, calls)
-        return _Tracked(device, handle, calls, nic=PortReader(ports))
 
     def _identify(self, calls: DeviceCalls, handle: Any, index: int) -> Device:
         uuid = text(calls.call("hlmlDeviceGetUUID", handle))
