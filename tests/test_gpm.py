@@ -13,6 +13,7 @@ from typing import Any
 
 import pynvml
 import pytest
+from agent_process import AgentProcess, write_scenario
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
@@ -355,3 +356,18 @@ def test_a_device_offering_no_metric_is_not_sampled_again(open_backend):
         pynvml._nvmlGetFunctionPointer = original
     assert sample.up and gpm_readings(sample) == []
     assert not [name for name in calls if name.startswith("nvmlGpm")]
+
+
+def test_agent_keeps_a_device_whose_gpm_call_hangs_for_seconds(tmp_path):
+    doc = scenario(gpu(0, gpm={"sm_util": 40}), gpu(1, gpm={"sm_util": 60}), freeze_at_s=None,
+                   delays=[{"function": "nvmlGpmSampleGet", "device": 1, "seconds": 3,
+                            "from_s": 1.0}])
+    with AgentProcess("--simulate", write_scenario(tmp_path, doc), "--interval", "0.5") as agent:
+        # one late cycle while the call hangs; then GPM is suspended on device 1 alone
+        snapshot = agent.wait_for(lambda d: len(d["devices"]) == 2 and all(
+            x["up"] and not x["stale"] for x in d["devices"]) and d["devices"][1]["errors"].get(
+            backend_gpm.GPM_UNSUPPORTED, "").startswith("suspended"), timeout=30)
+        first, second = snapshot["devices"]
+        assert m.POWER in second["values"] and m.ACTIVITY not in second["values"]
+        assert first["values"][m.ACTIVITY][0]["value"] == pytest.approx(0.4)
+        assert backend_gpm.GPM_UNSUPPORTED not in first["errors"]
