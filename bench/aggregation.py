@@ -1,31 +1,39 @@
 """Cluster aggregation benchmark: the dashboard module over N simulated 8-GPU nodes.
 
-    python bench/aggregation.py NODES
+    python bench/aggregation.py NODES [--change FRACTION] [--rounds R]
 
 Prints one JSON object. Run by bench/run.py in a fresh process per size, so that
 the resident-memory figures belong to that size alone. The nodes are copies of
 one real snapshot of the simulated 8x H200 node (dashboard_module/fleet.py),
-served over loopback HTTP by one server; the collector fetches, parses and
-reduces them as it would real agents, and requests go through the standalone
-dashboard's HTTP stack.
+served over loopback HTTP by one fake-agent server in a process of its own (so
+the head's CPU and memory are the head's alone): each node's summary with its
+ETag and 304s, and its full snapshot for the node page. Every refresh interval a
+`--change` share of the nodes gets a new summary (as power readings would make).
+The collector runs its rounds as in production (5 s refresh, fetches spread over
+the interval) while a client asks for the summary and heatmap every 0.25 s and a
+random node's page every 0.5 s through the standalone dashboard's HTTP stack.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import random
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
 
-from aiohttp import ClientTimeout
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp import ClientSession, ClientTimeout
+from aiohttp.test_utils import TestServer
 from footprint import rss_mib
 
 from ray_accel.dashboard_module.api import AcceleratorsApi
-from ray_accel.dashboard_module.collector import Collector
-from ray_accel.dashboard_module.fleet import Fleet, FleetServer
+from ray_accel.dashboard_module.collector import AgentTarget, Collector
+from ray_accel.dashboard_module.fleet import Fleet, FleetServer, node_id
 from ray_accel.dashboard_module.standalone import build_app
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.sampler import Sampler
@@ -33,8 +41,9 @@ from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.sinks.json import snapshot_document
 from ray_accel.exporter.store import SnapshotStore
 
-ENDPOINTS = ("summary", "nodes", "heatmap", "jobs")
-REQUESTS = 200
+REFRESH_S = 5.0
+DEFAULT_CHANGE = 0.1
+DEFAULT_ROUNDS = 6
 
 
 def template_document() -> dict[str, Any]:
@@ -50,69 +59,150 @@ def template_document() -> dict[str, Any]:
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
     ordered = sorted(seconds)
-    return {"p50": statistics.median(ordered), "p99": ordered[int(len(ordered) * 0.99) - 1],
-            "max": ordered[-1]}
+    return {"p50": statistics.median(ordered),
+            "p99": ordered[max(int(len(ordered) * 0.99) - 1, 0)],
+            "max": ordered[-1], "count": len(ordered)}
 
 
-async def timed_gets(client: TestClient, path: str, count: int) -> list[float]:
-    timings = []
-    for _ in range(count):
-        started = time.perf_counter()
-        reply = await client.get(path, timeout=ClientTimeout(total=120))
-        await reply.read()
-        timings.append(time.perf_counter() - started)
-    return timings
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
-async def measure(nodes: int) -> dict[str, Any]:
+# -- the fake agents (a process of their own) ---------------------------------------------
+async def serve(nodes: int, change: float, refresh_s: float) -> None:
+    """Serve `nodes` fake agents until stdin closes; prints the URL, then sizes, as JSON."""
     fleet = Fleet(template_document())
-    bodies = [fleet.text(n).encode() for n in range(nodes)]
-    results: dict[str, Any] = {"nodes": nodes, "snapshot_bytes": len(bodies[0])}
-    async with FleetServer(lambda n: bodies[n]) as server:
-        targets = [server.target(n) for n in range(nodes)]
+    generation = [0] * nodes
+    summaries = [fleet.summary(n) for n in range(nodes)]
 
-        async def discover():
-            return targets
+    async def churn() -> None:
+        rng = random.Random(7)
+        while True:
+            await asyncio.sleep(refresh_s)
+            for n in rng.sample(range(nodes), int(nodes * change)):
+                generation[n] += 1
+                summaries[n] = fleet.summary(n, generation[n])
 
-        before = rss_mib()  # the fleet's bodies are held by the server already
-        collector = Collector(discover, refresh_s=5, fetch_timeout_s=60)
+    async with FleetServer(lambda n: fleet.text(n).encode(), lambda n: summaries[n]) as server:
+        print(json.dumps({"url": server.url, "summary_bytes": len(summaries[0][0]),
+                          "snapshot_bytes": len(fleet.text(0))}), flush=True)
+        changing = asyncio.ensure_future(churn())
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        changing.cancel()
+
+
+def start_agents(nodes: int, change: float) -> tuple[subprocess.Popen, dict[str, Any]]:
+    proc = subprocess.Popen([sys.executable, __file__, str(nodes), "--serve",
+                             "--change", str(change)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError("the fake agents did not start")
+    return proc, json.loads(line)
+
+
+# -- the head ------------------------------------------------------------------------------
+async def timed_get(client: ClientSession, path: str, into: list[float]) -> None:
+    # A plain session: aiohttp's TestClient keeps every response (and its body) until
+    # it closes, which would count as the head's memory.
+    started = time.perf_counter()
+    async with client.get(path, timeout=ClientTimeout(total=120)) as reply:
+        await reply.read()
+        assert reply.status == 200, (path, reply.status)
+    into.append(time.perf_counter() - started)
+
+
+async def ask_while_rounds_run(client: ClientSession, nodes: int, until: asyncio.Event,
+                               timings: dict[str, list[float]]) -> None:
+    rng = random.Random(11)
+    tick = 0
+    while not until.is_set():
+        await timed_get(client, "/accelerators/api/summary", timings["summary"])
+        await timed_get(client, "/accelerators/api/heatmap", timings["heatmap"])
+        if tick % 2 == 0:
+            await timed_get(client, f"/accelerators/api/nodes/{node_id(rng.randrange(nodes))}",
+                            timings["node_page"])
+        tick += 1
+        await asyncio.sleep(0.25)
+
+
+def round_figures(collector: Collector, wall_s: float, cpu: float) -> dict[str, Any]:
+    stats = collector.last_round
+    return {"wall_s": wall_s, "cpu_s": cpu, "requests": stats.requests,
+            "summaries": stats.summaries, "not_modified": stats.not_modified,
+            "snapshots": stats.snapshots, "failures": stats.failures,
+            "body_bytes": stats.body_bytes, "rebuilt_nodes": stats.rebuilt_nodes}
+
+
+async def measure(nodes: int, change: float, rounds: int) -> dict[str, Any]:
+    agents, sizes = start_agents(nodes, change)
+    results: dict[str, Any] = {"nodes": nodes, "devices_per_node": 8, "change": change,
+                               "refresh_s": REFRESH_S, **{k: sizes[k] for k in (
+                                   "summary_bytes", "snapshot_bytes")}}
+    targets = [AgentTarget(node_id(n), f"{sizes['url']}/n/{n}", f"host-{n}")
+               for n in range(nodes)]
+
+    async def discover():
+        return targets
+
+    try:
+        before = rss_mib()
+        collector = Collector(discover, refresh_s=REFRESH_S, fetch_timeout_s=10)
         api = AcceleratorsApi(collector, "standalone", "http://127.0.0.1:8265")
-        client = TestClient(TestServer(build_app(api, None)))
-        await client.start_server()  # starts the collector's background rounds too
+        server = TestServer(build_app(api, None))
+        await server.start_server()  # starts the collector's rounds too
+        await collector.stop()
+        client = ClientSession(base_url=str(server.make_url("")))
         try:
-            await collector.stop()  # rounds timed one by one below
-            rounds = []
-            for _ in range(3):
-                started = time.perf_counter()
+            started, cpu = time.perf_counter(), cpu_s()
+            await collector.refresh()  # the first round: every summary is new
+            results["first_round"] = round_figures(collector, time.perf_counter() - started,
+                                                   cpu_s() - cpu)
+            after_first = rss_mib()
+            timings: dict[str, list[float]] = {"summary": [], "heatmap": [], "node_page": []}
+            done = asyncio.Event()
+            per_round = []
+            window_wall, window_cpu = time.perf_counter(), cpu_s()
+            asking = asyncio.ensure_future(ask_while_rounds_run(client, nodes, done, timings))
+            for _ in range(rounds):
+                started, cpu = time.perf_counter(), cpu_s()
                 await collector.refresh()
-                rounds.append(time.perf_counter() - started)
-            results["round_s"] = rounds
-            results["rss_mib"] = {"before": before, "after": rss_mib()}
-            first = {}
-            for endpoint in ENDPOINTS:  # the first answer of a view builds it
-                await collector.refresh()
-                first[endpoint] = (await timed_gets(client, f"/accelerators/api/{endpoint}",
-                                                    1))[0]
-            results["first_answer_s"] = first
-            results["cached"] = {
-                endpoint: percentiles(await timed_gets(
-                    client, f"/accelerators/api/{endpoint}", REQUESTS // 4))
-                for endpoint in ENDPOINTS}
-            # Requests while rounds run back to back: what a user sees during refreshes.
-            collector.refresh_s = 0.0
-            await collector.start()
-            await asyncio.sleep(0)
-            results["during_refresh"] = percentiles(
-                await timed_gets(client, "/accelerators/api/summary", REQUESTS))
-            results["rounds_meanwhile"] = collector.rounds
+                per_round.append(round_figures(collector, time.perf_counter() - started,
+                                               cpu_s() - cpu))
+                await asyncio.sleep(max(REFRESH_S - (time.perf_counter() - started), 0.0))
+            done.set()
+            await asking
+            results["rounds"] = per_round
+            results["cpu_share"] = (cpu_s() - window_cpu) / (time.perf_counter() - window_wall)
+            results["rss_mib"] = {"before": before, "after_first_round": after_first,
+                                  "after": rss_mib()}
+            results["during_rounds"] = {k: percentiles(v) for k, v in timings.items()}
+            results["node_page_fetches"] = collector.details.fetches
         finally:
             await client.close()
+            await server.close()
             await collector.stop()
+    finally:
+        agents.stdin.close()
+        agents.wait(timeout=60)
     return results
 
 
 def main(argv: list[str]) -> int:
-    print(json.dumps(asyncio.run(measure(int(argv[1])))))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("nodes", type=int)
+    parser.add_argument("--change", type=float, default=DEFAULT_CHANGE,
+                        help="share of nodes whose summary changes each interval")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv[1:])
+    if not 0.0 <= args.change <= 1.0:
+        parser.error("--change must be between 0 and 1")
+    if args.serve:
+        asyncio.run(serve(args.nodes, args.change, REFRESH_S))
+        return 0
+    print(json.dumps(asyncio.run(measure(args.nodes, args.change, args.rounds))))
     return 0
 
 

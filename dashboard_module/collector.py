@@ -147,6 +147,9 @@ class Collector:
         self._session: aiohttp.ClientSession | None = None
         self._refreshing = BackgroundTask("ray-accel-dashboard-refresh", self._loop)
         self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-accel-parse")
+        # The node page's snapshots are parsed beside the rounds, never queued behind them.
+        self._detail_parser = ThreadPoolExecutor(max_workers=1,
+                                                 thread_name_prefix="ray-accel-detail")
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -203,7 +206,8 @@ class Collector:
                                for node in list(self.nodes.values())))
         nodes = list(self.nodes.values())
         kept = dict(self._parts)
-        view = await asyncio.to_thread(build_view, nodes, self.refresh_s, None, self._parts)
+        view = await asyncio.get_running_loop().run_in_executor(
+            self._parser, build_view, nodes, self.refresh_s, None, self._parts)
         stats.rebuilt_nodes = sum(1 for k, p in self._parts.items() if kept.get(k) is not p)
         self.history.record(view.generated_at, history_values(view))
         self.view = view
@@ -285,7 +289,8 @@ class Collector:
     async def fetch_full(self, node: NodeState) -> dict[str, Any]:
         """Node `node`'s full snapshot, reduced (the node page's detail, on demand)."""
         body = await self._snapshot_body(node)
-        data = await asyncio.to_thread(_reduced, body)
+        data = await asyncio.get_running_loop().run_in_executor(self._detail_parser, _reduced,
+                                                                body)
         data["node_id"] = data["node_id"] or node.node_id
         return data
 

@@ -1,8 +1,9 @@
 """Short in-memory history for sparklines: one value per key per refresh round.
 
-Every series shares one ring of timestamps; each key keeps a fixed array of
-doubles (NaN where the round had no value), so a thousand nodes of eight
-devices at ten minutes of five-second rounds cost a few MB. A key not written
+Every series shares one ring of timestamps (doubles); each key keeps a fixed
+array of single-precision floats (NaN where the round had no value: seven
+significant digits are plenty for a sparkline), so ten thousand nodes of eight
+devices at ten minutes of five-second rounds cost about 80 MB. A key not written
 for a whole window is forgotten.
 """
 
@@ -32,18 +33,19 @@ class History:
         self._round += 1
         slot = self._round % self.length
         self._times[slot] = at
+        series_of, last_round, now = self._series, self._last_round, self._round
         for key, value in values.items():
-            series = self._series.get(key)
+            series = series_of.get(key)
             if series is None:
-                series = self._series[key] = array("d", [_NAN] * self.length)
-            series[slot] = _NAN if value is None else float(value)
-            self._last_round[key] = self._round
-        for key, last in list(self._last_round.items()):
-            if last != self._round:
-                if self._round - last >= self.length:
-                    del self._series[key], self._last_round[key]
-                else:
-                    self._series[key][slot] = _NAN
+                series = series_of[key] = array("f", [_NAN] * self.length)
+            series[slot] = _NAN if value is None else value
+            last_round[key] = now
+        # Only the keys this round did not write (a set difference, not a walk of all).
+        for key in series_of.keys() - values.keys():
+            if now - last_round[key] >= self.length:
+                del series_of[key], last_round[key]
+            else:
+                series_of[key][slot] = _NAN
 
     def _order(self) -> list[int]:
         count = min(self._round + 1, self.length)
@@ -58,7 +60,8 @@ class History:
         values = self._series.get(key)
         if values is None:
             return []
-        return [None if math.isnan(values[i]) else values[i] for i in self._order()]
+        return [None if math.isnan(values[i]) else float(f"{values[i]:.7g}")
+                for i in self._order()]
 
     def many(self, keys: Iterable[str]) -> dict[str, list[float | None]]:
         return {key: self.series(key) for key in keys}

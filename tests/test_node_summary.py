@@ -325,3 +325,19 @@ def test_fetches_spread_over_the_interval_at_stable_offsets():
     assert start_offset(node_id(1), 0.0) == 0.0
     with pytest.raises(ValueError, match="spread"):
         Collector(lambda: None, spread=1.5)
+
+
+def test_history_keeps_values_and_forgets_keys_no_round_wrote():
+    from ray_accel.dashboard_module.history import History
+
+    history = History(3)
+    history.record(1.0, {"a": 0.25, "b": 150754820096.0, "c": None})
+    history.record(2.0, {"a": 0.5})
+    assert history.series("a") == [0.25, 0.5]
+    assert history.series("b") == [150754800000.0, None]  # seven significant digits
+    assert history.series("c") == [None, None]
+    history.record(3.0, {"a": 1})
+    history.record(4.0, {"a": 2})
+    assert history.timestamps() == [2.0, 3.0, 4.0]
+    assert history.series("a") == [0.5, 1.0, 2.0]
+    assert history.series("b") == []  # not written for a whole window: forgotten
