@@ -113,17 +113,11 @@ class _Discovery:
     retry_at: float = 0.0
 
 
-def _log_change(backend: str, previous: DeviceSample | None, sample: DeviceSample) -> None:
-    """A device that had answered and went down is a WARNING; its coming back is said too."""
-    if previous is None or previous.up == sample.up:
-        return
-    device = sample.device
-    if sample.up:
-        log.info("%s device %s (%s) answers again", backend, device.index, device.uuid)
-    else:
-        reasons = "; ".join(f"{k}: {v}" for k, v in sorted(sample.errors.items()))
-        log.warning("%s device %s (%s) down: %s", backend, device.index, device.uuid,
-                    reasons or "no reason given")
+def _loss(sample: DeviceSample) -> str:
+    if sample.stale:
+        return "stopped answering"
+    reasons = "; ".join(f"{k}: {v}" for k, v in sorted(sample.errors.items()))
+    return f"down: {reasons or 'no reason given'}"
 
 
 def _describe(error: BaseException) -> str:
@@ -151,6 +145,7 @@ class BackendRunner:
     first_reads: set[str] = field(default_factory=set)  # read by a discovery job in flight
     answered_at: dict[str, float] = field(default_factory=dict)  # taken_at of the last answer
     stale: set[str] = field(default_factory=set)
+    said_down: set[str] = field(default_factory=set)  # devices whose loss has been logged
     opener: Worker | None = None
     next_open_at: float = 0.0
     readings: ReadingValidator = field(init=False)
@@ -197,6 +192,24 @@ class BackendRunner:
             answered = self.answered_at.get(device.uuid)
             if answered is None or now - answered > stale_after:
                 self._mark_stale(device, now, tally)
+        self._log_losses()
+
+    def _log_losses(self) -> None:
+        """A device that had answered and is down or stale at the end of a cycle is a WARNING,
+        once; its return is said too (judged on the cycle's outcome, so a late answer that is
+        stale on arrival does not flap)."""
+        for device in self.devices:
+            sample = self.last.get(device.uuid)
+            if sample is None or device.uuid not in self.answered_at:
+                continue
+            if not sample.up and device.uuid not in self.said_down:
+                self.said_down.add(device.uuid)
+                log.warning("%s device %s (%s) %s", self.backend.name, device.index,
+                            device.uuid, _loss(sample))
+            elif sample.up and device.uuid in self.said_down:
+                self.said_down.discard(device.uuid)
+                log.info("%s device %s (%s) answers again", self.backend.name, device.index,
+                         device.uuid)
 
     @property
     def answered(self) -> bool:
@@ -357,7 +370,6 @@ class BackendRunner:
         previous = self.last.get(uuid)
         self.answered_at[uuid] = sample.taken_at
         self.stale.discard(uuid)
-        _log_change(self.backend.name, previous, checked)
         if checked.up:
             self.last[uuid] = with_link_rates(previous, checked)
         else:
@@ -368,9 +380,6 @@ class BackendRunner:
         if device.uuid not in self.stale:
             self.stale.add(device.uuid)
             tally.count("stale", f"{self.backend.name}.sample")
-            if device.uuid in self.answered_at:  # not before its first answer
-                log.warning("%s device %s (%s) stopped answering", self.backend.name,
-                            device.index, device.uuid)
         previous = self.last.get(device.uuid)
         known = previous.device if previous is not None else device
         self.last[device.uuid] = carried(

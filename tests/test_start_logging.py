@@ -72,6 +72,34 @@ def test_a_device_that_had_answered_and_is_lost_is_a_warning(tmp_path):
     assert "nvidia device 3 (GPU-" in warnings[0] and " down: " in warnings[0], warnings
 
 
+def test_a_device_that_had_answered_and_hangs_is_a_warning_and_so_is_its_return(tmp_path):
+    doc = load_scenario("hgx-h200")
+    doc["delays"] = [{"function": "nvmlDeviceGetFieldValues", "device": 5, "seconds": 6,
+                      "from_s": 1.5, "until_s": 2}]
+    lines = _log_of("--simulate", write_scenario(tmp_path, doc), seconds=0.5,
+                    until=lambda d: d["devices"][5]["up"] and d["cycle"] >= 80)
+    warnings = _naming(lines, " WARNING ")
+    assert len(warnings) == 1, "\n".join(lines)
+    assert "nvidia device 5 (GPU-" in warnings[0] and "stopped answering" in warnings[0]
+    back = _naming(lines, "answers again")
+    assert len(back) == 1 and "nvidia device 5 (GPU-" in back[0], "\n".join(lines)
+    assert lines.index(warnings[0]) < lines.index(back[0])
+
+
+def test_a_driver_that_fails_where_its_gpus_are_warns_then_says_when_it_comes_up(tmp_path):
+    doc = load_scenario("hgx-h200")  # simulated /dev/nvidia0..7 are there
+    doc["errors"] = [{"function": "nvmlInit", "code": "DRIVER_NOT_LOADED", "until_s": 1.5}]
+    lines = _log_of("--simulate", write_scenario(tmp_path, doc), seconds=0.5,
+                    until=lambda d: len(d["devices"]) == 8)
+    (warning,) = _naming(lines, " WARNING ")
+    assert "backend nvidia down" in warning, warning
+    (report,) = _naming(lines, "backends: ")
+    assert report.endswith("backends: no devices found; down: nvidia; "
+                           "not present: amd, gaudi, neuron, tpu"), report
+    (up,) = _naming(lines, "backend nvidia up with 8 device(s)")
+    assert " INFO " in up and lines.index(report) < lines.index(up)
+
+
 def test_the_report_names_each_backend_by_what_it_found():
     statuses = [
         BackendStatus("nvidia", "nvidia", up=True, device_count=8),
