@@ -249,12 +249,25 @@ AMD_DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "load_from_processes": checks.boolean,
     "lost_at_s": lambda v, p: checks.number(v, p, lo=0),
 }
+AMD_DEVICE_CHECKS["raw_values"] = checks.boolean
 AMD_DEVICE_KEYS = tuple(AMD_DEVICE_CHECKS)
+# With "raw_values": true these signals may take any finite value, and the simulated
+# amdsmi answers them as given: activity above 100 %, negative power, VRAM used above
+# the total (docs/simulation.md, "Raw values").
+RAW_AMD_SIGNAL_KEYS = (
+    "vram_used_mb", "gfx_activity_percent", "umc_activity_percent", "mm_activity_percent",
+    "socket_power_w", "temperature_edge_c", "temperature_hotspot_c", "temperature_vram_c",
+    "clock_gfx_mhz", "clock_mem_mhz",
+)
+RAW_AMD_DEVICE_CHECKS: dict[str, Callable[[Any, str], None]] = {
+    **AMD_DEVICE_CHECKS, **{key: checks.signal_check(lo=None) for key in RAW_AMD_SIGNAL_KEYS},
+}
 
 
 def check_amd_device(device: Mapping[str, Any], path: str) -> None:
     """Checks one (merged) AMD device; raises ScenarioError naming the offending key."""
-    checks.keys_with(device, path, AMD_DEVICE_CHECKS)
+    checks.keys_with(device, path,
+                     RAW_AMD_DEVICE_CHECKS if device.get("raw_values") else AMD_DEVICE_CHECKS)
     if device.get("partitions") and device.get("compute_partition") is None:
         raise checks.fail(f"{path}.partitions",
                           "needs compute_partition (e.g. \"CPX\") on the device")

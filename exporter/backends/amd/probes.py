@@ -43,9 +43,10 @@ def reading(metric: str, value: float, **labels: str) -> Reading:
 
 
 def percent(value: Any) -> float | None:
-    """A 0-100 activity as a ratio; None for "N/A" or out of range (amdsmi's own test)."""
+    """A 0-100 activity as a ratio; None for "N/A". A value out of range is passed on
+    for the agent's reading checks to refuse and count (exporter/validation.py)."""
     found = number(value)
-    return None if found is None or not 0 <= found <= 100 else found / 100
+    return None if found is None else found / 100
 
 
 Probe = Callable[[DeviceCalls, Any], Iterable[Reading]]

@@ -164,7 +164,9 @@ def _process_load(device: Any, owner: Any) -> tuple[int, int]:
 def _loaded(device: Any, owner: Any, percent: Any) -> Any:
     """A GFX percent with the owner's processes' load added (at most 100); "N/A" stays."""
     gfx, _ = _process_load(device, owner)
-    return percent if percent == _NA or not gfx else min(100, percent + gfx)
+    if percent == _NA or not gfx:
+        return percent
+    return percent + gfx if device.get("raw_values") else min(100, percent + gfx)
 
 
 def _board(target: Target | None) -> Target:
@@ -343,7 +345,9 @@ def amdsmi_get_gpu_vram_usage(processor_handle):
     used = target.value("vram_used_mb")
     _, process_bytes = _process_load(target.device, target.partition or target.device)
     used_mb = (0 if used is None else value_at(used, SIMULATION.time())) + process_bytes / 2**20
-    return {"vram_total": int(total), "vram_used": min(int(used_mb), int(total))}
+    if not target.device.get("raw_values"):
+        used_mb = min(used_mb, total)
+    return {"vram_total": int(total), "vram_used": int(used_mb)}
 
 
 def amdsmi_get_power_info(processor_handle):
