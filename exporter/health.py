@@ -8,6 +8,10 @@
   agent for a lost GPU, which a restart would not bring back;
 - `ok` (200): everything answers. A backend whose library and devices are
   both absent from the host (`BackendAbsent`) is fine: there is nothing to read.
+
+Whatever the status, `unsupported` names the devices that lack a whole family of
+metrics (`gpm`: NVIDIA GPM activity, absent before Hopper or where it is off),
+once, rather than as an error on every cycle.
 """
 
 from __future__ import annotations
@@ -37,12 +41,27 @@ def not_answering(snapshot: NodeSnapshot) -> list[dict[str, str]]:
     return found
 
 
+# Metric families a device may lack as a whole, by the key its samples' errors use.
+FEATURES = ("gpm",)
+_NOT_SUPPORTED = "not_supported"
+
+
+def unsupported(snapshot: NodeSnapshot) -> dict[str, list[str]]:
+    """Feature -> UUIDs of the answering devices that do not offer it."""
+    found: dict[str, list[str]] = {}
+    for sample in snapshot.devices:
+        for feature in FEATURES:
+            if sample.up and sample.errors.get(feature) == _NOT_SUPPORTED:
+                found.setdefault(feature, []).append(sample.device.uuid)
+    return found
+
+
 def health(snapshot: NodeSnapshot | None, sampler_alive: bool,
            now: float) -> tuple[dict[str, Any], int]:
     """The `/healthz` document and its HTTP status."""
     if snapshot is None:
         return ({"status": STARTING, "cycle": 0, "last_cycle_age_s": None, "backends": {},
-                 "not_answering": []}, 503)
+                 "not_answering": [], "unsupported": {}}, 503)
     age = now - snapshot.taken_at
     problems = not_answering(snapshot)
     stalled = age > stale_after_s(snapshot.interval_s) + snapshot.interval_s
@@ -57,4 +76,5 @@ def health(snapshot: NodeSnapshot | None, sampler_alive: bool,
         "backends": {b.name: {"up": b.up, "absent": b.absent, "devices": b.device_count,
                               "message": b.message} for b in snapshot.backends},
         "not_answering": problems,
+        "unsupported": unsupported(snapshot),
     }, code)

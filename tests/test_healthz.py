@@ -84,3 +84,22 @@ def test_nvml_without_its_driver_is_absent_unless_the_host_has_gpu_device_files(
     with pytest.raises(BackendUnavailable) as raised:
         NvidiaBackend().open_library()
     assert not isinstance(raised.value, BackendAbsent)
+
+
+def test_devices_without_gpm_are_named_once_without_degrading(tmp_path):
+    """An Ada L4 has no GPM: /healthz says so once, the node stays ok."""
+    from ray_accel.exporter.sampler import Sampler
+    from ray_accel.exporter.simulate import SimulatedHardware
+    from ray_accel.exporter.store import SnapshotStore
+
+    with SimulatedHardware.start("l4-pcie", state_dir=tmp_path) as hardware:
+        hardware.activate()
+        sampler = Sampler([NvidiaBackend()], SnapshotStore(), interval_s=0.5)
+        try:
+            snapshot = [sampler.run_cycle() for _ in range(2)][-1]
+        finally:
+            sampler.stop()
+    body, code = health(snapshot, sampler_alive=True, now=snapshot.taken_at)
+    assert (code, body["status"]) == (200, "ok")
+    assert sorted(body["unsupported"]["gpm"]) == sorted(s.device.uuid for s in snapshot.devices)
+    assert len(snapshot.devices) == 4
