@@ -31,6 +31,8 @@ def error_rules(index: int, series: DeviceSeries, interval_s: float) -> list[dic
             if kind in _ABSENT_KINDS or kind == "gpu_is_lost":
                 continue
             name = function.partition("[")[0]
+            if not name.startswith("nvml"):  # the backend's own names ("gpm"): no one call
+                continue
             runs = windows.setdefault((name, kind), [])
             if runs and t - runs[-1][1] <= 1.5 * interval_s:
                 runs[-1][1] = t
@@ -54,16 +56,23 @@ def lost_at(series: DeviceSeries) -> float | None:
     return round(before[-1] + 0.001, 3) if before else 0.0
 
 
+# Which call hung is not in the samples: the replay hangs the device's sampling calls
+# (not its discovery, which had answered), whichever of them the agent makes first.
+HUNG_CALLS = ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
+              "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo",
+              "nvmlDeviceGetFieldValues")
+
+
 def hang_rules(index: int, series: DeviceSeries, interval_s: float,
                end_s: float) -> list[dict[str, Any]]:
-    """A `delays` rule on every call of the device for each run of stale samples."""
+    """`delays` rules on the device's sampling calls for each run of stale samples."""
     rules: list[dict[str, Any]] = []
     for t in series.stale_times:
         if rules and t - rules[-1]["until_s"] <= 1.5 * interval_s:
             rules[-1]["until_s"] = round(t, 3)
             continue
         before = [u for u in series.up_times if u < t]
-        rules.append({"function": "*", "device": index,
+        rules.append({"device": index,
                       "from_s": round(before[-1] + 0.001 if before else 0.0, 3),
                       "until_s": round(t, 3)})
     for rule in rules:
@@ -74,7 +83,7 @@ def hang_rules(index: int, series: DeviceSeries, interval_s: float,
             rule["until_s"] = round(fresh_again[0] - interval_s / 2, 3)
         else:
             del rule["until_s"]
-    return rules
+    return [{"function": function, **rule} for rule in rules for function in HUNG_CALLS]
 
 
 def xid_events(series: DeviceSeries) -> list[dict[str, Any]]:
@@ -83,8 +92,8 @@ def xid_events(series: DeviceSeries) -> list[dict[str, Any]]:
     for key, points in series.matching("d", m.XID_ERRORS):
         code = int(label_map(key)["xid"])
         previous = 0.0
-        for position, (t, count) in enumerate(points):
-            at = round(t, 3) if position else 0.0  # counted before the recording began
+        for t, count in points:
+            at = round(t, 3) if t > series.first_t else 0.0  # counted before the recording
             events.extend({"at_s": at, "xid": code} for _ in range(int(count - previous)))
             previous = max(previous, count)
     return sorted(events, key=lambda e: (e["at_s"], e["xid"]))

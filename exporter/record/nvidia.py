@@ -206,7 +206,7 @@ def _links(out: dict[str, Any], series: DeviceSeries,
     for field_id, metric, labels, _ in _PCIE_FIELDS:
         points = series.points.get(("l", PCIE, 0, metric, tuple(labels.items())))
         if points:
-            fields[str(field_id)] = {"type": "uint", "value": counter_signal(points)}
+            fields[str(field_id)] = {"type": "uint", "value": counter_signal(points, wrap=2**32)}
     if fields:
         out["fields"] = fields
     gen = {state: series.last(m.PCIE_GENERATION, state=state) for state in ("current", "max")}

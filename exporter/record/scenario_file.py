@@ -56,13 +56,21 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
     children = {uuid: _children(recording, uuid) for uuid in uuids}
     series = {uuid: DeviceSeries() for uuid in [*uuids, *(c for cs in children.values()
                                                           for c in cs)]}
+    last_taken: dict[str, float] = {}
     for frame in recording.frames:
         for device_frame in frame.devices:
-            if device_frame.uuid in series:
-                links_at = device_frame.counters_at
-                series[device_frame.uuid].add(
-                    max(device_frame.taken_at - t0, 0.0), device_frame,
-                    None if links_at is None else max(links_at - t0, 0.0))
+            uuid = device_frame.uuid
+            if uuid not in series:
+                continue
+            if device_frame.stale:  # its values are old: what counts is when it was stale
+                series[uuid].add(max(frame.taken_at - t0, 0.0), device_frame)
+                continue
+            if last_taken.get(uuid) == device_frame.taken_at:
+                continue  # the same sample again, while the device is late to answer
+            last_taken[uuid] = device_frame.taken_at
+            links_at = device_frame.counters_at
+            series[uuid].add(max(device_frame.taken_at - t0, 0.0), device_frame,
+                             None if links_at is None else max(links_at - t0, 0.0))
     end_s = recording.frames[-1].taken_at - t0
     numa = {u: int(recording.devices[u].facts["numa_node"])
             if recording.devices[u].facts.get("numa_node", "").isdigit() else None

@@ -36,6 +36,12 @@ class DeviceSeries:
             for key, value in frame.items():
                 self.points.setdefault(key, []).append((link_t if key[0] == "l" else t, value))
 
+    @property
+    def first_t(self) -> float:
+        """When the device's first frame was taken."""
+        return min([*self.up_times[:1], *self.down_times[:1], *self.stale_times[:1]],
+                   default=0.0)
+
     def device(self, metric: str, **labels: str) -> Points:
         """Points of a device reading with exactly these labels."""
         return self.points.get(("d", metric, _labels(labels)), [])

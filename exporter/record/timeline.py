@@ -56,6 +56,8 @@ def gauge_signal(points: Sequence[Point], *, step: bool = False, relative: float
     if not points:
         return None
     values = [v for _, v in points]
+    if all(v == int(v) for v in values):
+        absolute = max(absolute, 1.0)  # whole numbers (percent, MHz, C): within one unit
     tolerance = _tolerance(values, relative, absolute)
     if max(values) - min(values) <= (0 if step else tolerance):
         return _number(values[-1] if step else sum(values) / len(values))
@@ -122,7 +124,8 @@ def counter_signal(points: Sequence[Point], *, scale: float = 1.0, relative: flo
     if not rates or all(r == 0 for _, r in rates):
         return int(start)
     # The scenario counts from t = 0: before the first reading it ran at the first rate.
-    start = max(start - rates[0][1] * totals[0][0], 0.0)
+    start -= rates[0][1] * totals[0][0]
+    start = start % (wrap * scale) if wrap else max(start, 0.0)
     if len(rates) == 1 or max(r for _, r in rates) - min(r for _, r in rates) == 0:
         rate: Any = _number(rates[0][1])
     else:

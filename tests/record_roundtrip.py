@@ -1,0 +1,98 @@
+"""One scenario's record-and-replay round trip, in its own process.
+
+The fake NVML binds to one process once, so each scenario runs here:
+`python tests/record_roundtrip.py SOURCE DURATION_S OUT.json [T ...]` records
+SOURCE for DURATION_S at 1 s, builds the scenario (identities kept, so series
+labels match), then samples the recorded scenario frozen at each recording time
+T and the original frozen at the same scenario time (T offset by when the
+recording started) and 1 s either side, and writes every series to OUT.json
+for the test to compare.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from ray_accel.exporter.backends import load_backends
+from ray_accel.exporter.record.command import record_node
+from ray_accel.exporter.record.frames import series_of
+from ray_accel.exporter.record.scenario_file import build_scenario, recording_start
+from ray_accel.exporter.sampler import Sampler
+from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
+from ray_accel.exporter.store import SnapshotStore
+
+STALE_AT_ENV = "RECORD_ROUNDTRIP_STALE_AT_S"
+
+
+def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
+              t: float) -> dict[str, float]:
+    """Every series of an NVIDIA agent reading `scenario` frozen at t (two cycles merged)."""
+    frozen = copy.deepcopy(scenario)
+    frozen["freeze_at_s"] = t
+    hardware.update(frozen)
+    sampler = Sampler(load_backends(["nvidia"]), SnapshotStore(), interval_s=1.0)
+    found: dict[str, float] = {}
+    try:
+        for _ in range(2):
+            for sample in sampler.run_cycle().devices:
+                for key, value in series_of(sample):
+                    found[json.dumps([sample.device.uuid, *key])] = value
+                found[json.dumps([sample.device.uuid, "up"])] = float(sample.up)
+    finally:
+        sampler.stop()
+    return found
+
+
+def stale_at(hardware: SimulatedHardware, scenario: dict[str, Any], t: float,
+             cycles: int = 8, interval_s: float = 0.5) -> dict[str, bool]:
+    """Device uuid -> stale, after `cycles` cycles of an agent reading `scenario` frozen at t."""
+    frozen = copy.deepcopy(scenario)
+    frozen["freeze_at_s"] = t
+    hardware.update(frozen)
+    sampler = Sampler(load_backends(["nvidia"]), SnapshotStore(), interval_s=interval_s)
+    try:
+        for _ in range(cycles):
+            snapshot = sampler.run_cycle()
+            time.sleep(interval_s)
+    finally:
+        sampler.stop()
+    return {sample.device.uuid: sample.stale for sample in snapshot.devices}
+
+
+def main(source: str, duration_s: float, out: str, times: list[float]) -> None:
+    hardware = SimulatedHardware.start(source)
+    hardware.activate()
+    from ray_accel.exporter.backends.nvidia.calls import CALL_CPU_S
+
+    recording = record_node(duration_s, 1.0)
+    offset_s = recording_start(recording) - hardware.epoch
+    recorded = build_scenario(recording, keep_identities=True, call_costs=dict(CALL_CPU_S))
+    original = load_scenario(source)
+    original.pop("name", None)
+    replay = json.loads(json.dumps(recorded))
+    result = {"offset_s": offset_s, "scenario": recorded, "original": {}, "replay": {}}
+    started = time.monotonic()
+    for t in times:
+        for around in (-1.0, 0.0, 1.0):  # the original around t: what 1 s samples can resolve
+            result["original"][f"{t}{around:+g}"] = series_at(hardware, original,
+                                                               offset_s + t + around)
+        result["replay"][str(t)] = series_at(hardware, replay, t)
+    result["compare_s"] = time.monotonic() - started
+    if STALE_AT_ENV in os.environ:  # a hang: which devices stay stale at that time
+        t = float(os.environ[STALE_AT_ENV])
+        result["stale_original"] = stale_at(hardware, original, offset_s + t)
+        result["stale_replay"] = stale_at(hardware, replay, t)
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    hardware.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], float(sys.argv[2]), sys.argv[3], [float(t) for t in sys.argv[4:]])
+    sys.stdout.flush()
+    os._exit(0)  # calls a played hang holds must not keep the process alive

@@ -1,0 +1,96 @@
+"""`ray-accel record` from the command line: privacy, bad input, nothing to record, no overwrite."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from ray_accel.exporter.simulate import load_scenario
+
+CLI = [sys.executable, "-m", "ray_accel.exporter.cli"]
+
+
+def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("record") / "l4.json"
+    done = _run("record", "--simulate", "l4-pcie", "--duration", "3", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ray-accel agent --simulate" in done.stdout
+    return out
+
+
+def test_identities_are_replaced_consistently(recorded: pathlib.Path) -> None:
+    original = load_scenario("l4-pcie")["devices"]
+    devices = json.loads(recorded.read_text())["devices"]
+    assert [d["pci_bus_id"] for d in devices] == [d["pci_bus_id"] for d in original]
+    assert not {d["uuid"] for d in devices} & {d["uuid"] for d in original}
+    assert not {d.get("serial") for d in devices} & {d.get("serial") for d in original}
+    original_pids = {p["pid"] for d in original for p in d.get("processes", [])}
+    pids = [p["pid"] for d in devices for p in d.get("processes", [])]
+    assert pids and not set(pids) & original_pids
+    assert len(set(pids)) == len(original_pids)  # one placeholder per process
+
+
+def test_tampered_file_is_refused_naming_the_key(recorded: pathlib.Path,
+                                                 tmp_path: pathlib.Path) -> None:
+    document = json.loads(recorded.read_text())
+    document["devices"][1]["power_mw"] = "hot"
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps(document))
+    done = _run("agent", "--simulate", str(tampered), "--port", "0", "--no-ray")
+    assert done.returncode == 2
+    assert "devices[1].power_mw" in done.stderr
+
+
+def test_truncated_file_is_refused_naming_where(recorded: pathlib.Path,
+                                                tmp_path: pathlib.Path) -> None:
+    truncated = tmp_path / "truncated.json"
+    text = recorded.read_text()
+    truncated.write_text(text[: len(text) // 2])
+    done = _run("agent", "--simulate", str(truncated), "--port", "0", "--no-ray")
+    assert done.returncode == 2
+    assert "invalid JSON" in done.stderr and "line" in done.stderr
+
+
+def test_no_devices_says_so_and_writes_nothing(tmp_path: pathlib.Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"devices": []}))
+    out = tmp_path / "out.json"
+    done = _run("record", "--simulate", str(empty), "--duration", "1", "--out", str(out))
+    assert done.returncode == 1
+    assert "no backend found a device" in done.stderr and "nothing written" in done.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == [empty]
+
+
+def test_amd_only_node_is_not_recorded_yet(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "out.json"
+    done = _run("record", "--simulate", "mi300x-8", "--duration", "1", "--out", str(out))
+    assert done.returncode == 1
+    assert "only amd devices" in done.stderr
+    assert not out.exists()
+
+
+def test_existing_file_is_not_overwritten(recorded: pathlib.Path) -> None:
+    before = recorded.read_bytes()
+    done = _run("record", "--simulate", "l4-pcie", "--duration", "1", "--out", str(recorded))
+    assert done.returncode == 2 and "not overwritten" in done.stderr
+    assert recorded.read_bytes() == before
+
+
+def test_bad_arguments_are_refused(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "out.json"
+    for args, message in ((("--duration", "0"), "must be positive"),
+                          (("--from-agent", "http://127.0.0.1:1", "--last", "ten"),
+                           "is not a duration"),
+                          (("--simulate", "no-such-scenario"), "no-such-scenario")):
+        done = _run("record", *args, "--out", str(out))
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+        assert not out.exists()
