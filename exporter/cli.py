@@ -229,9 +229,14 @@ def _list_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 def _print_topology(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .attribution.ray_sources import RayNotFound, RaySourceError
+    from .simulate import ScenarioError
 
+    if args.address and args.simulate:
+        parser.error("--address reads the cluster's agents; --simulate this machine: not both")
     try:
         sys.stdout.write(topo_command.run(args))
+    except ScenarioError as error:
+        parser.error(f"--simulate: {error}")
     except (RayNotFound, RaySourceError) as error:
         print(f"ray-accel topo: {error}", file=sys.stderr)
         return 1

@@ -148,12 +148,12 @@ def test_topo_grafana_and_scenarios_commands(installed, tmp_path):
     boards = run(installed, "grafana", "--out", str(tmp_path / "grafana"))
     assert boards.returncode == 0, boards.stderr
     assert len(list((tmp_path / "grafana").rglob("*.json"))) >= 6
-    assert list((tmp_path / "grafana").rglob("*rules*.yml"))
+    assert list((tmp_path / "grafana").rglob("ray-accel-alerts.yml"))
     listed = run(installed, "scenarios")
     assert listed.stdout.split() == available_scenarios()
 
 
-def test_the_standalone_dashboard_shows_a_wheel_agent(installed):
+def test_the_standalone_dashboard_shows_a_token_protected_wheel_agent(installed):
     cluster = LoopbackCluster()
     agent = dashboard = None
     try:
@@ -161,9 +161,12 @@ def test_the_standalone_dashboard_shows_a_wheel_agent(installed):
         env = {**installed["env"], **cluster.env}
         token = cluster.token.read_text().strip()
         installed_env = {**installed, "env": env}
+        # An agent as deployed ones are: every endpoint but /healthz needs the cluster token.
         agent = _start_agent(installed_env, "--simulate", "l4-pcie", "--ray-address",
-                             cluster.gcs_address, "--register-interval", "1")
-        _serving_url(agent)
+                             cluster.gcs_address, "--register-interval", "1",
+                             "--token-file", str(cluster.token), "--metrics-auth", "token")
+        agent_url = _serving_url(agent)
+        assert _get_json(f"{agent_url}/api/v1/snapshot")[0] == 401
         port = cluster_free_port()
         dashboard = subprocess.Popen(
             [str(installed["bin"] / "ray-accel"), "dashboard", "--address", cluster.gcs_address,
