@@ -22,9 +22,10 @@ from aiohttp import web
 from ..exporter.model import Device, Peer
 from ..exporter.serving import json_error
 from ..exporter.topology import matrix
-from .aggregate import FINDING_KINDS, SEVERITIES, ClusterView, node_brief
+from .aggregate import FINDING_KINDS, SEVERITIES, ClusterView, heatmap_body, node_brief
 from .collector import Collector
 from .node_detail import Detail
+from .reduce import SummaryDevice
 
 PREFIX = "/accelerators"
 API = "api/"
@@ -197,8 +198,9 @@ class AcceleratorsApi:
 
     def heatmap(self, request: web.Request) -> web.Response:
         _params(request, frozenset())
-        return self._memo("heatmap", lambda: {"generated_at": self._view().generated_at,
-                                              "nodes": self._view().heatmap})
+        view = self._view()
+        return web.Response(body=heatmap_body(view), content_type="application/json",
+                            headers={"Cache-Control": "no-store"})
 
     def nodes(self, request: web.Request) -> web.Response:
         params = _params(request, frozenset({"status"}))
@@ -234,7 +236,8 @@ class AcceleratorsApi:
             nvlink = [link for link in device["links"] if link["link_type"] != "pcie"]
             pcie = [link for link in device["links"] if link["link_type"] == "pcie"]
             shown.append({
-                **device, "health": view.health.get(device["uuid"], "stale"),
+                **(device.complete() if isinstance(device, SummaryDevice) else device),
+                "health": view.health.get(device["uuid"], "stale"),
                 "findings": view.device_findings.get(device["uuid"], []),
                 "nvlink_transmit_bytes_per_s": _total(nvlink, "transmit_bytes_per_s"),
                 "nvlink_receive_bytes_per_s": _total(nvlink, "receive_bytes_per_s"),

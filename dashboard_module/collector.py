@@ -31,7 +31,15 @@ import aiohttp
 from ..exporter.agent_client import client_ssl_context, client_token
 from ..exporter.background import BackgroundTask
 from ..exporter.web_auth import auth_headers
-from .aggregate import ClusterView, NodePart, NodeState, build_view, empty_view, history_values
+from .aggregate import (
+    ClusterView,
+    NodePart,
+    NodeState,
+    build_view,
+    empty_view,
+    heatmap_body,
+    history_values,
+)
 from .history import History
 from .node_detail import NodeDetails
 from .reduce import TAKEN_AT_HEADER, NotASnapshot, reduce_snapshot, reduce_summary
@@ -207,7 +215,7 @@ class Collector:
         nodes = list(self.nodes.values())
         kept = dict(self._parts)
         view = await asyncio.get_running_loop().run_in_executor(
-            self._parser, build_view, nodes, self.refresh_s, None, self._parts)
+            self._parser, self._build, nodes)
         stats.rebuilt_nodes = sum(1 for k, p in self._parts.items() if kept.get(k) is not p)
         self.history.record(view.generated_at, history_values(view))
         self.view = view
@@ -215,6 +223,11 @@ class Collector:
         self.last_round = stats
         self.last_round_at = view.generated_at
         self.last_round_duration_s = time.monotonic() - started
+        return view
+
+    def _build(self, nodes: list[NodeState]) -> ClusterView:
+        view = build_view(nodes, self.refresh_s, None, self._parts)
+        heatmap_body(view)  # encoded here, off the event loop
         return view
 
     def _track(self, targets: Sequence[AgentTarget]) -> None:

@@ -10,6 +10,7 @@ None (shown as absent, never as zero).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -214,7 +215,8 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
     try:
         devices = []
         for device in doc["devices"]:
-            found = {**_SUMMARY_DEFAULTS, **device}
+            found = SummaryDevice({sys.intern(k): _shared(v) for k, v in device.items()
+                                   if k in _SUMMARY_DEFAULTS})
             found["holders"] = [{**_identity(h), "fraction": float(h.get("fraction") or 0.0),
                                  "idle": bool(h.get("idle")),
                                  "spinning": bool(h.get("spinning"))}
@@ -241,5 +243,22 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
 
 # The empty defaults of every summary device's absent fields: one shared set of empty
 # values (the aggregator only reads device documents), so 80,000 devices do not each
-# hold their own empty dicts and lists.
+# hold their own empty dicts and lists, nor a slot for each absent field.
 _SUMMARY_DEFAULTS = _device({})
+
+
+class SummaryDevice(dict):
+    """A device from a summary: its absent fields read as `reduce_snapshot()`'s empty
+    defaults (`device["links"]` is `[]`), without storing them."""
+
+    def __missing__(self, key: str) -> Any:
+        return _SUMMARY_DEFAULTS[key]
+
+    def complete(self) -> dict[str, Any]:
+        """Every field, the absent ones with their defaults (for answers that list them)."""
+        return {**_SUMMARY_DEFAULTS, **self}
+
+
+def _shared(item: Any) -> Any:
+    """Short strings (vendor, model, index, state names) as one shared object each."""
+    return sys.intern(item) if isinstance(item, str) and len(item) <= 32 else item
