@@ -80,7 +80,7 @@ class FrameMaker:
             uuid = sample.device.uuid
             if self._keys.get(uuid) != keys:
                 self._keys[uuid] = keys
-            errors: Mapping[str, str]
+            errors: Mapping[str, str] = _NO_ERRORS
             if sample.errors:
                 if self._errors.get(uuid) != sample.errors:
                     self._errors[uuid] = MappingProxyType(dict(sample.errors))

@@ -15,9 +15,10 @@ from ..model import BackendStatus, Device, NodeSnapshot
 from .frames import Frame, FrameMaker
 
 DEFAULT_MAX_AGE_S = 600.0
-# hgx-h200 at 1 s: about 0.9 MB per node-minute (tests/test_record_history.py measures it);
-# the cap leaves room for 10 minutes of a node twice that size.
-DEFAULT_MAX_BYTES = 24 * 1024 * 1024
+# hgx-h200 at 1 s (1219 series): 10.5 kB per frame, 0.63 MB per node-minute, 6.3 MB for
+# the 10 minutes kept (tests/test_record_history.py measures it); the cap leaves room for
+# 10 minutes of a node 2.5 times that size, and drops the oldest frames beyond.
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
 
 @dataclass

@@ -1,0 +1,138 @@
+"""The agent's recent history: bounded by age and bytes, served at /api/v1/record behind auth."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from agent_process import AgentProcess
+
+from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, Reading
+from ray_accel.exporter.record.history import History
+from ray_accel.exporter.simulate import load_scenario
+
+TOKEN = "ray-cluster-token-for-record-tests"
+CLI = [sys.executable, "-m", "ray_accel.exporter.cli"]
+
+
+def _snapshot(cycle: int, taken_at: float, series: int = 10) -> NodeSnapshot:
+    device = Device("nvidia", "0", "GPU-00000000-0000-0000-0000-000000000000", "Test GPU")
+    readings = tuple(Reading("hw.power", float(cycle + i), (("n", str(i)),))
+                     for i in range(series))
+    return NodeSnapshot(cycle=cycle, taken_at=taken_at, interval_s=1.0, node_labels={},
+                        backends=(), devices=(DeviceSample(device, True, taken_at,
+                                                           readings=readings),))
+
+
+def test_history_keeps_only_its_age() -> None:
+    history = History(max_age_s=10)
+    for cycle in range(30):
+        history.add(_snapshot(cycle, 1000.0 + cycle))
+    taken = [f.taken_at for f in history.recording().frames]
+    assert taken == [1000.0 + c for c in range(19, 30)]
+    assert [f.taken_at for f in history.recording(last_s=3).frames] == taken[-4:]
+
+
+def test_history_keeps_only_its_bytes() -> None:
+    one = History()
+    one.add(_snapshot(0, 1000.0, series=100))
+    frame_bytes = one.nbytes
+    history = History(max_bytes=5 * frame_bytes)
+    for cycle in range(20):
+        history.add(_snapshot(cycle, 1000.0 + cycle, series=100))
+        assert history.nbytes <= 5 * frame_bytes
+    assert len(history) == 5
+    assert history.recording().frames[-1].taken_at == 1019.0
+
+
+def test_history_refuses_bad_bounds() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        History(max_age_s=0)
+
+
+MEASURE = """
+import json, os, sys, time
+from ray_accel.exporter.simulate import SimulatedHardware
+hw = SimulatedHardware.start("hgx-h200"); hw.activate()
+from ray_accel.exporter.backends import load_backends
+from ray_accel.exporter.record.history import History
+from ray_accel.exporter.sampler import Sampler
+from ray_accel.exporter.store import SnapshotStore
+sampler = Sampler(load_backends(["nvidia"]), SnapshotStore(), interval_s=1.0)
+kept, capped = History(), History(max_bytes=50_000)
+for _ in range(12):
+    snapshot = sampler.run_cycle()
+    kept.add(snapshot); capped.add(snapshot)
+    assert capped.nbytes <= 50_000
+print(json.dumps({"frame_bytes": kept.nbytes / len(kept), "capped_frames": len(capped),
+                  "series": sum(len(f.keys) for f in kept.recording().frames[-1].devices)}))
+sys.stdout.flush(); os._exit(0)
+"""
+
+
+def test_hgx_h200_history_bytes_per_node_minute() -> None:
+    done = subprocess.run([sys.executable, "-c", MEASURE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    per_minute = found["frame_bytes"] * 60
+    print(f"hgx-h200: {found['series']} series, {found['frame_bytes']:.0f} bytes per frame, "
+          f"{per_minute / 1e6:.2f} MB per node-minute")
+    # The values are kept as 8-byte floats plus a small frame: not objects per reading.
+    assert found["frame_bytes"] < 8 * found["series"] * 1.5
+    assert found["capped_frames"] == 50_000 // int(found["frame_bytes"])
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=30) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_record_endpoint_behind_the_token_and_saved_by_the_cli(tmp_path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    with AgentProcess("--simulate", "l4-pcie", "--token-file", str(token_file),
+                      "--metrics-auth", "token") as agent:
+        record = agent.url + "/api/v1/record"
+        assert _get(record + "?last=1m")[0] == 401
+        deadline = time.monotonic() + 30
+        while True:
+            code, body = _get(record + "?last=1m", TOKEN)
+            if code == 200 and "keyframes" in body.decode():
+                break
+            assert time.monotonic() < deadline, (code, body[:300])
+            time.sleep(1)
+        scenario = load_scenario(json.loads(body))
+        assert len(scenario["devices"]) == 4
+        original = {d["uuid"] for d in load_scenario("l4-pcie")["devices"]}
+        assert not {d["uuid"] for d in scenario["devices"]} & original
+        kept = json.loads(_get(record + "?last=1m&identities=keep", TOKEN)[1])
+        assert {d["uuid"] for d in kept["devices"]} == original
+        for query, message in (("?last=ten", "not a duration"), ("?last=2h", "outside"),
+                               ("?identities=some", "identities"), ("?x=1", "unknown query")):
+            code, body = _get(record + query, TOKEN)
+            assert code == 400 and message in json.loads(body)["error"], query
+        out = tmp_path / "incident.json"
+        with_token = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+        done = subprocess.run([*CLI, "record", "--from-agent", agent.url, "--last", "1m",
+                               "--out", str(out)], capture_output=True, text=True,
+                              timeout=120, env=with_token)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert len(load_scenario(out)["devices"]) == 4
+        refused = tmp_path / "refused.json"
+        without = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        done = subprocess.run([*CLI, "record", "--from-agent", agent.url, "--out",
+                               str(refused)], capture_output=True, text=True, timeout=120,
+                              env=without)
+        assert done.returncode == 1 and "401" in done.stderr and not refused.exists()
