@@ -94,9 +94,12 @@ class FleetServer:
     """
 
     def __init__(self, bodies: Callable[[int], bytes | None],
-                 summaries: Callable[[int], tuple[bytes, str] | None] | None = None) -> None:
+                 summaries: Callable[[int], tuple[bytes, str] | None] | None = None,
+                 taken_at: Callable[[int], float] = lambda number: time.time()) -> None:
+        """`taken_at(i)`: when node i's snapshot was taken (an old one: a stuck agent)."""
         self.bodies = bodies
         self.summaries = summaries
+        self.taken_at = taken_at
         self.requests: Counter[str] = Counter()  # snapshot, summary, not_modified
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -121,7 +124,7 @@ class FleetServer:
                 raise web.HTTPServiceUnavailable()
             body, etag = found
             headers = {"ETag": etag, "Cache-Control": "no-cache",
-                       TAKEN_AT_HEADER: repr(time.time())}
+                       TAKEN_AT_HEADER: repr(self.taken_at(int(request.match_info["number"])))}
             if request.headers.get("If-None-Match") == etag:
                 self.requests["not_modified"] += 1
                 return web.Response(status=304, headers=headers)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from agent_process import AgentProcess
@@ -216,6 +217,34 @@ def test_a_silent_agent_is_unreachable_and_keeps_its_last_summary(template):
                 await collector.refresh()
                 assert collector.view.statuses[node_id(1)] == "ok"
                 assert collector.last_round.not_modified == 3
+            finally:
+                await collector.stop()
+
+    asyncio.run(scenario())
+
+
+def test_an_agent_whose_sampling_stopped_is_stale_and_keeps_its_last_summary(template):
+    fleet = Fleet(template)
+    stuck_since: dict[int, float] = {}
+
+    async def scenario() -> None:
+        async with FleetServer(lambda n: fleet.text(n).encode(), lambda n: fleet.summary(n),
+                               lambda n: stuck_since.get(n, time.time())) as fakes:
+            collector = await _collector([fakes.target(n) for n in range(2)])
+            try:
+                await collector.refresh()
+                kept = collector.nodes[node_id(1)].data
+                stuck_since[1] = time.time() - 300  # it answers, with a snapshot 10 cycles old
+                await collector.refresh()
+                view = collector.view
+                assert collector.last_round.not_modified == 2
+                assert view.statuses == {node_id(0): "ok", node_id(1): "stale"}
+                assert collector.nodes[node_id(1)].data is kept
+                row = next(r for r in view.heatmap if r["node_id"] == node_id(1))
+                assert [c["health"] for c in row["devices"]] == ["stale"] * 8
+                stale = [f for f in view.findings if f["kind"] == "node_stale"]
+                assert [f["node_id"] for f in stale] == [node_id(1)]
+                assert "300 s old" in stale[0]["message"]
             finally:
                 await collector.stop()
 
