@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,9 +36,10 @@ INSTALL_TIMEOUT_S = 900
 def installed(tmp_path_factory) -> Iterator[dict[str, Any]]:
     """The fresh virtualenv's bin folder, a clean environment and a work folder outside the repo."""
     root = tmp_path_factory.mktemp("wheel")
+    source = _checkout_copy(root / "source")
     dist = root / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist),
-                    str(REPO)], check=True, timeout=INSTALL_TIMEOUT_S, cwd=root)
+                    str(source)], check=True, timeout=INSTALL_TIMEOUT_S, cwd=root)
     (wheel,) = dist.glob("ray_accel-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -53,6 +55,23 @@ def installed(tmp_path_factory) -> Iterator[dict[str, Any]]:
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", TMPDIR=str(temp),
                XDG_CACHE_HOME=str(root / "cache"))
     yield {"bin": venv / "bin", "env": env, "work": work, "temp": temp}
+
+
+def _checkout_copy(target: pathlib.Path) -> pathlib.Path:
+    """The files git would commit (tracked, or new and not ignored), copied to `target`.
+
+    The wheel is built from this copy: a build of the checkout itself leaves a
+    build/ folder there whose stale files a later build would package.
+    """
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO, capture_output=True, check=True,
+                            timeout=60).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        origin = REPO / name
+        if origin.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(origin, target / name)
+    return target
 
 
 def run(installed: dict[str, Any], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

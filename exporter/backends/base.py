@@ -278,6 +278,24 @@ class HandleBackend(Backend, Generic[Tracked]):
             return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
                                          partial(self._read, tracked))
 
+    def _open_in_turn(self) -> list[Device]:
+        """For a backend that splits its opening, `open()`: the library and every device,
+        identified in turn (for tools; the sampler bounds each step)."""
+        open_in_turn(self, self._listed_down)
+        return [t.device for t in self._tracked.values()]  # as last joined: with every pair
+
+    def _listed_down(self, pending: Undiscovered, error: Exception) -> Device:
+        """A device that cannot even be identified is still listed, as down, with why."""
+        placeholder = pending.placeholder
+        tracked = self._without_handle(placeholder)
+        tracked.calls.cycle_errors["discovery"] = str(error)
+        self._tracked[placeholder.uuid] = tracked
+        return placeholder
+
+    def _without_handle(self, device: Device) -> Tracked:
+        """What the backend tracks for a device it has no handle for (split backends)."""
+        raise NotImplementedError(f"{self.name} opens in one step")
+
     @abc.abstractmethod
     def _read(self, tracked: Tracked) -> DeviceReads:
         """This cycle's values of a device that has a handle; raises DeviceDown if lost."""

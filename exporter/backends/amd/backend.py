@@ -24,7 +24,6 @@ from ..base import (
     HandleBackend,
     HandleDevice,
     Undiscovered,
-    open_in_turn,
     unavailable,
 )
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number
@@ -88,9 +87,7 @@ class AmdBackend(HandleBackend[_Tracked]):
         self._topology = GpuTopology()
 
     def open(self) -> Sequence[Device]:
-        """amdsmi and every GPU, identified in turn (for tools; the sampler bounds each step)."""
-        open_in_turn(self, self._listed_down)
-        return [t.device for t in self._tracked.values()]  # with every pair joined
+        return self._open_in_turn()
 
     def open_library(self) -> Sequence[Undiscovered]:
         """amdsmi, its facts, and one undiscovered GPU per PCI device with its partitions."""
@@ -170,14 +167,8 @@ class AmdBackend(HandleBackend[_Tracked]):
                 order.append(groups[bus])
         return order
 
-    def _listed_down(self, pending: Undiscovered, error: Exception) -> Device:
-        """A GPU that cannot even be identified is still listed, as down, with why."""
-        placeholder = pending.placeholder
-        assert self._library is not None
-        calls = DeviceCalls(self._library, self.errors)
-        calls.cycle_errors["discovery"] = str(error)
-        self._tracked[placeholder.uuid] = _Tracked(placeholder, None, calls)
-        return placeholder
+    def _without_handle(self, device: Device) -> _Tracked:
+        return _Tracked(device, None, DeviceCalls(self._library, self.errors))
 
     def close(self) -> None:
         library, self._library = self._library, None

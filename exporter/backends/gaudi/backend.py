@@ -23,7 +23,6 @@ from ..base import (
     HandleBackend,
     HandleDevice,
     Undiscovered,
-    open_in_turn,
     unavailable,
 )
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number, text
@@ -59,8 +58,7 @@ class GaudiBackend(HandleBackend[_Tracked]):
         self._library: ModuleType | None = None
 
     def open(self) -> Sequence[Device]:
-        """HLML and every device, identified in turn (for tools; the sampler bounds each step)."""
-        return open_in_turn(self, self._listed_down)
+        return self._open_in_turn()
 
     def open_library(self) -> Sequence[Undiscovered]:
         """HLML, its facts, and the devices it counts, each to be identified on its own."""
@@ -97,13 +95,8 @@ class GaudiBackend(HandleBackend[_Tracked]):
                                               nic=PortReader(ports_of(calls, handle)))
         return [device]
 
-    def _listed_down(self, pending: Undiscovered, error: Exception) -> Device:
-        """A device that cannot even be identified is still listed, as down, with why."""
-        placeholder = pending.placeholder
-        calls = DeviceCalls(self._library, self.errors)
-        calls.cycle_errors["discovery"] = str(error)
-        self._tracked[placeholder.uuid] = _Tracked(placeholder, None, calls)
-        return placeholder
+    def _without_handle(self, device: Device) -> _Tracked:
+        return _Tracked(device, None, DeviceCalls(self._library, self.errors))
 
     def close(self) -> None:
         library, self._library = self._library, None

@@ -23,7 +23,6 @@ from ..base import (
     HandleBackend,
     HandleDevice,
     Undiscovered,
-    open_in_turn,
     unavailable,
 )
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind
@@ -77,9 +76,7 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         self._topology = NodeTopology()
 
     def open(self) -> Sequence[Device]:
-        """NVML and every GPU, identified in turn (for tools; the sampler bounds each step)."""
-        open_in_turn(self, self._listed_down)
-        return [t.device for t in self._tracked.values()]  # with every pair joined
+        return self._open_in_turn()
 
     def open_library(self) -> Sequence[Undiscovered]:
         try:
@@ -180,13 +177,8 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         for mig in migs:
             mig.device = replace(mig.device, facts={**mig.device.facts, **inherited})
 
-    def _listed_down(self, pending: Undiscovered, error: Exception) -> Device:
-        """A GPU that cannot even be identified is still listed, as down, with why."""
-        placeholder = pending.placeholder
-        calls = DeviceCalls(self.errors, clock=self._clock)
-        calls.cycle_errors["discovery"] = str(error)
-        self._tracked[placeholder.uuid] = _Tracked(placeholder, None, calls)
-        return placeholder
+    def _without_handle(self, device: Device) -> _Tracked:
+        return _Tracked(device, None, DeviceCalls(self.errors, clock=self._clock))
 
     def _identify(
         self, calls: DeviceCalls, handle: Any, index: str, parent: Device | None = None
