@@ -47,6 +47,10 @@ class Thresholds:
         0.10, Kind.RATIO, "utilization above which a device Ray has not assigned counts as busy")
     unallocated_busy_for: float = _threshold(
         10 * MINUTE, Kind.DURATION, "how long an unassigned device must stay busy")
+    # Activity
+    device_spinning_for: float = _threshold(
+        5 * MINUTE, Kind.DURATION, "how long the agent must report a device as spinning "
+        "(busy by its utilization, SMs and tensor pipes nearly idle) before it alerts")
     # Device errors
     xid_window: float = _threshold(
         10 * MINUTE, Kind.DURATION, "window in which a new XID event keeps the alert firing")

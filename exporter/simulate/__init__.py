@@ -118,6 +118,7 @@ class SimulatedHardware:
         cls,
         scenario: str | os.PathLike[str] | Mapping[str, Any],
         state_dir: os.PathLike[str] | str | None = None,
+        at_s: float = 0.0,
     ) -> SimulatedHardware:
         """Builds (or reuses) the library and writes the scenario's state file.
 
@@ -125,18 +126,22 @@ class SimulatedHardware:
             scenario: a shipped scenario name ("hgx-h200"), a JSON file path or a dict.
             state_dir: where to write the state file; a fresh temporary folder if None
                 (removed by `close`).
+            at_s: scenario time now (the epoch lies that many seconds in the past), so
+                a late part of a scenario's period plays without waiting for it.
 
         Raises:
             ScenarioError: the scenario is invalid.
             BuildError: the library could not be compiled.
         """
+        if not at_s >= 0:
+            raise ValueError(f"at_s must be a number of seconds >= 0, got {at_s!r}")
         expanded = load_scenario(scenario)
         library = build_library()
         owns = state_dir is None
         folder = pathlib.Path(tempfile.mkdtemp(prefix="fakenvml-") if owns else state_dir)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            hw = cls(expanded, library, folder / STATE_FILE_NAME, time.time(), owns)
+            hw = cls(expanded, library, folder / STATE_FILE_NAME, time.time() - at_s, owns)
         except BaseException:  # a signal or error before `hw` can clean up after itself
             if owns:
                 shutil.rmtree(folder, ignore_errors=True)

@@ -9,7 +9,7 @@ One module per rule group under `groups/`, one builder per rule.
 from __future__ import annotations
 
 from .config import DEFAULT_AGENT_JOB, AlertConfig
-from .groups import agent, allocation, device_health, fabric, interconnect, transfers
+from .groups import activity, agent, allocation, device_health, fabric, interconnect, transfers
 from .label_values import POWER_REASONS, THERMAL_REASONS
 from .model import Group, Rule
 
@@ -24,6 +24,7 @@ def groups(config: AlertConfig | None = None) -> tuple[Group, ...]:
     config = config or AlertConfig()
     found = (
         Group("ray-accel.allocation", allocation.rules(config)),
+        Group("ray-accel.activity", activity.rules(config)),
         Group("ray-accel.device-health", device_health.rules(config)),
         Group("ray-accel.interconnect", interconnect.rules(config)),
         Group("ray-accel.fabric", fabric.rules(config)),

@@ -84,7 +84,8 @@ def _collective_suspected_stall(config: AlertConfig) -> Rule:
         description="Device {{ $labels.index }} ({{ $labels.uuid }}), held by actor "
                     "{{ $labels.ray_actor_id }} of job {{ $labels.ray_job_id }} (pid "
                     "{{ $labels.pid }}), has been busy while its NVLink/PCIe byte "
-                    "counters stayed flat, for the agent's detection window and "
+                    "counters stayed flat (and, where GPM measures them, its SMs and "
+                    "tensor pipes nearly idle), for the agent's detection window and "
                     f"{duration(t.collective_stall_for)} more.",
         runbook=Runbook(
             meaning="A collective kernel (all-reduce, all-gather, send/recv) spins on the "
