@@ -47,6 +47,7 @@ class NodeState:
     data_version: int = 0  # grows whenever `data` is replaced
     etag: str = ""  # the version of the summary `data` came from ("" for a full snapshot)
     has_summary: bool | None = None  # False once the agent answered 404 (an older agent)
+    summary_missing_round: int = 0  # the round that 404 came in
     detailed: bool = True  # `data` is a full reduced snapshot (not a summary)
 
     def status(self, now: float, refresh_s: float) -> str:

@@ -54,6 +54,8 @@ MAX_SNAPSHOT_BYTES = 64 * 2**20
 # Fetches start within this share of the refresh interval, leaving the rest for slow
 # answers and the view's rebuild.
 DEFAULT_SPREAD = 0.6
+# An agent without the summary is asked again this many rounds later (upgraded in place).
+SUMMARY_RETRY_ROUNDS = 60
 
 
 @dataclass(frozen=True)
@@ -249,6 +251,9 @@ class Collector:
         async with limit:
             started = time.monotonic()
             stats.requests += 1
+            if node.has_summary is False and \
+                    self.rounds - node.summary_missing_round >= SUMMARY_RETRY_ROUNDS:
+                node.has_summary = None
             try:
                 if node.has_summary is not False:
                     await self._fetch_summary(node, stats)
@@ -274,7 +279,7 @@ class Collector:
         async with self.session().get(node.url.rstrip("/") + "/api/v1/summary",
                                       headers=headers) as reply:
             if reply.status == 404:  # an agent older than the summary
-                node.has_summary = False
+                node.has_summary, node.summary_missing_round = False, self.rounds
                 return
             taken_at = _taken_at(reply)
             if reply.status == 304 and held:

@@ -16,7 +16,7 @@ from test_dashboard_api import TOKEN, _set, doctored
 
 from ray_accel.dashboard_module.aggregate import NodeState, build_view
 from ray_accel.dashboard_module.api import AcceleratorsApi
-from ray_accel.dashboard_module.collector import AgentTarget, Collector
+from ray_accel.dashboard_module.collector import SUMMARY_RETRY_ROUNDS, AgentTarget, Collector
 from ray_accel.dashboard_module.fleet import Fleet, FleetServer, node_id
 from ray_accel.dashboard_module.node_detail import NodeDetails
 from ray_accel.dashboard_module.reduce import (
@@ -268,6 +268,9 @@ def test_an_agent_without_the_summary_gets_its_snapshot_fetched(agent, template)
                 assert collector.last_round.not_modified == 1  # the real agent's 304
                 assert set(collector.view.statuses.values()) == {"ok"}
                 assert collector.view.summary["devices"]["total"] == 16
+                collector.rounds += SUMMARY_RETRY_ROUNDS  # much later: asked again once
+                await collector.refresh()
+                assert older.requests["summary"] == 2 and older.requests["snapshot"] == 3
             finally:
                 await collector.stop()
 
