@@ -322,7 +322,10 @@ CATALOG: tuple[MetricSpec, ...] = (
            "kernel resident but not computing: a collective waiting on its peers, a polling "
            "loop); else 0. Only where the device measures engine activity (GPM).",
            valid=FLAG),
-    _gauge(MEMORY_USAGE, "By", "Device memory in use.",
+    _gauge(MEMORY_USAGE, "By", "Device memory in use, without the memory the driver and "
+           "firmware reserve (that is its own series, ray.accelerator.memory.reserved). Ray's "
+           "dashboard counts the reserved memory as used: an empty H200 reads 604 MiB in Ray "
+           "and 0 B here; Ray's figure is this value plus the reserved one.",
            valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
     _gauge(MEMORY_LIMIT, "By", "Total device memory."),
     _gauge(XCP_GFX_UTILIZATION, "1",
