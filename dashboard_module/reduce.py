@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..exporter import catalog as m
+from ..exporter.attribution.join import WHOLE
 
 # Throttle reasons that mean trouble (slowdowns), as opposed to idle or app clocks.
 HARMFUL_THROTTLE_REASONS = frozenset({
@@ -56,6 +57,15 @@ def _identity(doc: Mapping[str, Any]) -> dict[str, Any]:
     found = {key: doc.get(key, "") for key in IDENTITY_FIELDS}
     found["pid"] = int(doc.get("pid") or 0)
     return found
+
+
+def _holder(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A Ray worker holding the device: its share, and the agent's verdict on its use
+    (`idle_rule`: which signal judged it; `shared`: it holds a fraction of the device)."""
+    fraction = float(doc.get("fraction") or 0.0)
+    return {**_identity(doc), "fraction": fraction, "idle": bool(doc.get("idle")),
+            "spinning": bool(doc.get("spinning")), "idle_rule": str(doc.get("idle_rule", "")),
+            "shared": bool(doc.get("shared", fraction < WHOLE))}
 
 
 def _link(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,9 +121,7 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
     throttle = by_label(values, m.THROTTLE_ACTIVE, "reason")
     errors = by_label(values, m.HW_ERRORS, "error_type")
     xid = by_label(values, m.XID_ERRORS, "xid")
-    holders = [{**_identity(h), "fraction": float(h.get("fraction") or 0.0),
-                "idle": bool(h.get("idle")), "spinning": bool(h.get("spinning"))}
-               for h in doc.get("holders") or ()]
+    holders = [_holder(h) for h in doc.get("holders") or ()]
     return {
         "uuid": str(doc.get("uuid", "")),
         "index": str(doc.get("index", "")),
@@ -132,7 +140,10 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
         "utilization": value(values, m.GPU_UTILIZATION, task="general"),
         "memory_bandwidth_utilization": value(values, m.MEMORY_BANDWIDTH_UTILIZATION),
         "activity": by_label(values, m.ACTIVITY, "engine"),
+        "pipe_activity": by_label(values, m.PIPE_ACTIVITY, "pipe"),
         "memory_used_bytes": value(values, m.MEMORY_USAGE),
+        "memory_reserved_bytes": value(values, m.MEMORY_RESERVED),
+        "spinning": value(values, m.DEVICE_SPINNING),
         "memory_total_bytes": value(values, m.MEMORY_LIMIT),
         "power_watts": value(values, m.POWER),
         "power_limit_watts": value(values, m.POWER_LIMIT),
@@ -217,10 +228,7 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
         for device in doc["devices"]:
             found = SummaryDevice({sys.intern(k): _shared(v) for k, v in device.items()
                                    if k in _SUMMARY_DEFAULTS})
-            found["holders"] = [{**_identity(h), "fraction": float(h.get("fraction") or 0.0),
-                                 "idle": bool(h.get("idle")),
-                                 "spinning": bool(h.get("spinning"))}
-                                for h in device.get("holders") or ()]
+            found["holders"] = [_holder(h) for h in device.get("holders") or ()]
             found["processes"] = [{**_identity(p), "memory_bytes": _number(p.get("memory_bytes")),
                                    "sm_utilization": _number(p.get("sm_utilization"))}
                                   for p in device.get("processes") or ()]

@@ -20,5 +20,8 @@ export default defineConfig({
   test: {
     environment: "jsdom",
     include: ["src/**/*.test.{ts,tsx}"],
+    // A limit for a hung test, not a speed target: rendering MUI in jsdom on a loaded
+    // shared machine takes several seconds.
+    testTimeout: 30000,
   },
 });

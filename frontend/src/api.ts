@@ -37,7 +37,7 @@ export interface Summary {
 export interface HeatCell {
   uuid: string; index: string; model: string; health: Health; util: number | null;
   mem: number | null; power: number | null; temp: number | null; allocated: boolean;
-  idle: boolean;
+  idle: boolean; act?: Activity; spinning?: boolean;
 }
 
 export interface HeatNode {
@@ -66,7 +66,13 @@ export interface Process extends Identity {
   memory_bytes: number | null; sm_utilization: number | null;
 }
 
-export interface Holder extends Identity { fraction: number; idle: boolean }
+// `idle_rule`: the signal that judged the holder ("activity", "utilization", "no_context").
+export interface Holder extends Identity {
+  fraction: number; idle: boolean; spinning?: boolean; shared?: boolean; idle_rule?: string;
+}
+
+// GPM engine activity ratios by engine (graphics, sm, sm_occupancy, tensor, dram, ...).
+export type Activity = Record<string, number>;
 
 export interface Fabric {
   state: number; status: number | null; health_summary: number | null; issues: string[];
@@ -77,7 +83,9 @@ export interface Fabric {
 export interface Device {
   uuid: string; index: string; vendor: string; model: string; pci_bus_id: string; up: boolean;
   health: Health; utilization: number | null; memory_used_bytes: number | null;
-  memory_total_bytes: number | null; power_watts: number | null;
+  memory_total_bytes: number | null; memory_reserved_bytes?: number | null;
+  activity?: Activity; pipe_activity?: Activity; spinning?: number | null;
+  power_watts: number | null;
   power_limit_watts: number | null; temperature_celsius: number | null;
   throttle_reasons: string[];
   pcie: { generation: number | null; generation_max: number | null; width: number | null;
@@ -106,6 +114,7 @@ export interface DeviceUse {
   node_id: string; hostname: string; uuid: string; index: string; model: string;
   fraction: number | null; allocated: boolean; idle: boolean; utilization: number | null;
   process_memory_bytes: number | null; process_sm_utilization: number | null;
+  spinning?: boolean; shared?: boolean; activity?: Activity;
 }
 
 export interface Unit {

@@ -6,7 +6,7 @@ import { parseRoute } from "./App";
 import { FabricTable, fabricDevices } from "./components/FabricTable";
 import { Heatmap, cellColor, groupRows } from "./components/Heatmap";
 import { Sparkline } from "./components/Sparkline";
-import { bytes, heatColor, percent, rate, watts } from "./format";
+import { ABSENT_FILL, bytes, heatColor, percent, rate, watts } from "./format";
 import { FindingRow, filterFindings } from "./views/Findings";
 
 function node(id: string, domain: string, cells = 8, idleAt = -1): HeatNode {
@@ -27,7 +27,7 @@ describe("format", () => {
     expect(rate(12117663468)).toBe("12.1 GB/s");
     expect(watts(658)).toBe("658 W");
     expect(watts(3675443)).toBe("3675.4 kW");
-    expect(heatColor(null)).toBe("#bdbdbd");
+    expect(heatColor(null)).toBe(ABSENT_FILL);
   });
 });
 

@@ -4,7 +4,8 @@ import { useMemo, useRef } from "react";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import { Box, Chip, Tooltip, Typography } from "@mui/material";
 import type { HeatCell, HeatNode } from "../api";
-import { HEALTH_COLORS, heatColor, percent, watts } from "../format";
+import { HEALTH_COLORS, heatColor, heatTextColor, percent, watts } from "../format";
+import { SPINNING_COLOR, activityText } from "./Activity";
 
 export type HeatMetric = "util" | "mem" | "health";
 
@@ -26,27 +27,47 @@ export function groupRows(nodes: HeatNode[]): Row[] {
   return rows;
 }
 
+// Down is red in every mode; otherwise health colours only in the health mode, and the
+// sequential scale (which shares no colour with health) for utilization and memory.
 export function cellColor(cell: HeatCell, metric: HeatMetric): string {
   if (cell.health === "down") return HEALTH_COLORS.down;
-  if (metric === "health") return HEALTH_COLORS[cell.health] ?? "#bdbdbd";
+  if (metric === "health") return HEALTH_COLORS[cell.health] ?? HEALTH_COLORS.stale;
   return heatColor(metric === "util" ? cell.util : cell.mem);
+}
+
+function cellTextColor(cell: HeatCell, metric: HeatMetric): string {
+  if (cell.health === "down" || metric === "health") return "#fff";
+  return heatTextColor(metric === "util" ? cell.util : cell.mem);
+}
+
+// The tooltip's text: where, what, utilization and memory, activity, state.
+export function cellTitle(cell: HeatCell, node: HeatNode): string {
+  const activity = activityText(cell.act);
+  const state = cell.spinning ? " · SPINNING (busy, SMs nearly idle)"
+    : cell.idle ? " · IDLE ALLOCATION" : cell.allocated ? " · allocated" : "";
+  return [
+    `${node.hostname || node.node_id.slice(0, 8)} device ${cell.index} · ${cell.model}`,
+    `utilization ${percent(cell.util)} · memory ${percent(cell.mem)} · ${watts(cell.power)}`,
+    ...(activity ? [`activity: ${activity}`] : []),
+    `${cell.health}${state}`,
+  ].join("\n");
 }
 
 function Cell({ cell, node, metric, onOpen }: {
   cell: HeatCell; node: HeatNode; metric: HeatMetric; onOpen: (nodeId: string) => void;
 }) {
-  const title = `${node.hostname || node.node_id.slice(0, 8)} device ${cell.index} · ${cell.model}
-utilization ${percent(cell.util)} · memory ${percent(cell.mem)} · ${watts(cell.power)}
-${cell.health}${cell.idle ? " · IDLE ALLOCATION" : cell.allocated ? " · allocated" : ""}`;
+  const title = cellTitle(cell, node);
   return (
     <Tooltip title={<span style={{ whiteSpace: "pre-line" }}>{title}</span>}>
       <Box component="button" onClick={() => onOpen(node.node_id)}
         data-testid={`cell-${node.node_id}-${cell.index}`} data-health={cell.health}
-        data-idle={cell.idle ? "true" : "false"} aria-label={`device ${cell.index}`}
+        data-idle={cell.idle ? "true" : "false"} data-spinning={cell.spinning ? "true" : "false"}
+        aria-label={`device ${cell.index}`}
         sx={{
           width: 30, height: 22, mr: "3px", p: 0, cursor: "pointer", borderRadius: "3px",
-          background: cellColor(cell, metric), fontSize: 10, color: "#fff",
-          border: cell.idle ? "2px dashed #212121" : "1px solid rgba(0,0,0,0.15)",
+          background: cellColor(cell, metric), fontSize: 10, color: cellTextColor(cell, metric),
+          border: cell.spinning ? `2px dotted ${SPINNING_COLOR}`
+            : cell.idle ? "2px dashed #212121" : "1px solid rgba(0,0,0,0.15)",
         }}>
         {cell.index}
       </Box>

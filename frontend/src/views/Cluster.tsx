@@ -2,20 +2,23 @@
 import { useState } from "react";
 import {
   Alert, Box, Card, CardContent, Stack, Table, TableBody, TableCell, TableHead, TableRow,
-  ToggleButton, ToggleButtonGroup, Typography,
+  ToggleButton, ToggleButtonGroup, Tooltip, Typography,
 } from "@mui/material";
 import { usePoll, type HeatNode, type Summary } from "../api";
 import { Heatmap, type HeatMetric } from "../components/Heatmap";
+import { HeatLegend } from "../components/Legend";
 import { Sparkline } from "../components/Sparkline";
-import { bytes, percent, watts } from "../format";
+import { MEMORY_AS_RAY_SHOWS_IT, bytes, percent, watts } from "../format";
 
-function Stat({ label, value, testid, children }: {
-  label: string; value: string; testid: string; children?: React.ReactNode;
+function Stat({ label, value, testid, help, children }: {
+  label: string; value: string; testid: string; help?: string; children?: React.ReactNode;
 }) {
+  const caption = <Typography variant="caption" color="text.secondary">{label}</Typography>;
   return (
     <Card variant="outlined" sx={{ minWidth: 170 }}>
       <CardContent sx={{ py: 1.5, "&:last-child": { pb: 1.5 } }}>
-        <Typography variant="caption" color="text.secondary">{label}</Typography>
+        {help ? <Tooltip title={help}><span data-testid={`${testid}-help`}>{caption}</span></Tooltip>
+          : caption}
         <Typography variant="h5" data-testid={testid}>{value}</Typography>
         {children}
       </CardContent>
@@ -44,7 +47,7 @@ export function ClusterView({ refreshMs }: { refreshMs: number }) {
           <Stat label="Mean utilization" testid="utilization" value={percent(s.utilization.mean)}>
             <Sparkline values={s.history.utilization} max={1} label="utilization history" />
           </Stat>
-          <Stat label="Memory used" testid="memory"
+          <Stat label="Memory used ⓘ" help={MEMORY_AS_RAY_SHOWS_IT} testid="memory"
             value={`${bytes(s.memory.used_bytes)} / ${bytes(s.memory.total_bytes)}`}>
             <Sparkline values={s.history.memory_used_bytes} max={s.memory.total_bytes || 1}
               color="#7b1fa2" label="memory history" />
@@ -96,10 +99,8 @@ export function ClusterView({ refreshMs }: { refreshMs: number }) {
           <ToggleButton value="mem" data-testid="metric-mem">Memory</ToggleButton>
           <ToggleButton value="health" data-testid="metric-health">Health</ToggleButton>
         </ToggleButtonGroup>
-        <Typography variant="caption" color="text.secondary">
-          dashed border: allocated but idle · red: down · click a device for its node
-        </Typography>
       </Box>
+      <HeatLegend metric={metric} />
       {heatmap.data && (
         <Heatmap nodes={heatmap.data.nodes} metric={metric}
           onOpen={(id) => { window.location.hash = `#/node/${id}`; }} />

@@ -1,12 +1,14 @@
 // One node: its devices, topology matrix, per-link bandwidth and processes on each device.
 import { Fragment } from "react";
 import {
-  Alert, Box, Chip, Link, Stack, Table, TableBody, TableCell, TableHead, TableRow, Typography,
+  Alert, Box, Chip, Link, Stack, Table, TableBody, TableCell, TableHead, TableRow, Tooltip,
+  Typography,
 } from "@mui/material";
 import { rayLink, usePoll, type Device, type NodeDetail } from "../api";
+import { ActivityCell, HolderStateChip, activityText, withTensor } from "../components/Activity";
 import { FabricTable, fabricDevices } from "../components/FabricTable";
 import { Sparkline } from "../components/Sparkline";
-import { DASH, HEALTH_COLORS, bytes, percent, rate, watts } from "../format";
+import { DASH, HEALTH_COLORS, MEMORY_AS_RAY_SHOWS_IT, bytes, percent, rate, watts } from "../format";
 import { FindingRow } from "./Findings";
 
 function HealthChip({ health }: { health: string }) {
@@ -21,11 +23,18 @@ function Holders({ device, ray }: { device: Device; ray: string | null }) {
       {device.holders.map((h) => {
         const who = h.actor_class || h.task_name || `pid ${h.pid}`;
         const href = h.ray_actor_id ? rayLink(ray, `actors/${h.ray_actor_id}`) : null;
+        // A whole-device holder's activity is the device's; a fractional one shares it.
+        const activity = h.shared ? "" : activityText(withTensor(device.activity, device.pipe_activity));
         return (
           <Box key={`${h.pid}`} data-testid="holder" data-idle={h.idle ? "true" : "false"}
+            data-spinning={h.spinning ? "true" : "false"}
             sx={{ color: h.idle ? "warning.dark" : undefined }}>
             {href ? <Link href={href}>{who}</Link> : who} ×{h.fraction}
-            {h.idle && <Chip size="small" color="warning" label="IDLE" sx={{ ml: 0.5 }} />}
+            <HolderStateChip holder={h} />
+            {h.shared && <Chip size="small" variant="outlined" label="shared" sx={{ ml: 0.5 }}
+              title="holds a fraction of the device: judged by its own process's NVML figures" />}
+            {activity && <Typography variant="caption" display="block" color="text.secondary"
+              data-testid="holder-activity">{activity}</Typography>}
           </Box>
         );
       })}
@@ -60,7 +69,12 @@ export function NodeView({ nodeId, refreshMs, ray }: {
           <TableRow>
             <TableCell>Device</TableCell><TableCell>Health</TableCell>
             <TableCell align="right">Util</TableCell><TableCell>Last 10 min</TableCell>
-            <TableCell align="right">Memory</TableCell><TableCell align="right">Power</TableCell>
+            <TableCell>Activity</TableCell>
+            <TableCell align="right">
+              <Tooltip title={MEMORY_AS_RAY_SHOWS_IT}>
+                <span data-testid="memory-help">Memory ⓘ</span>
+              </Tooltip>
+            </TableCell><TableCell align="right">Power</TableCell>
             <TableCell align="right">Temp</TableCell>
             <TableCell align="right">NVLink TX / RX</TableCell>
             <TableCell align="right">PCIe TX / RX</TableCell>
@@ -71,13 +85,23 @@ export function NodeView({ nodeId, refreshMs, ray }: {
           {node.devices.map((d) => (
             <TableRow key={d.uuid} data-testid={`device-${d.index}`}>
               <TableCell>{d.index} <Typography variant="caption">{d.model}</Typography></TableCell>
-              <TableCell><HealthChip health={d.health} /></TableCell>
+              <TableCell>
+                <HealthChip health={d.health} />
+                {d.spinning === 1 && <HolderStateChip holder={{ idle: false, spinning: true }} />}
+              </TableCell>
               <TableCell align="right">{percent(d.utilization)}</TableCell>
               <TableCell>
                 <Sparkline values={node.history.devices[d.uuid]?.utilization ?? []} max={1} />
               </TableCell>
+              <TableCell><ActivityCell activity={withTensor(d.activity, d.pipe_activity)} /></TableCell>
               <TableCell align="right">
-                {bytes(d.memory_used_bytes)} / {bytes(d.memory_total_bytes)}
+                <Tooltip title={d.memory_reserved_bytes == null || d.memory_used_bytes == null
+                  ? MEMORY_AS_RAY_SHOWS_IT
+                  : `Reserved by the driver: ${bytes(d.memory_reserved_bytes)}; Ray's dashboard ` +
+                    `shows ${bytes(d.memory_used_bytes + d.memory_reserved_bytes)} used. ` +
+                    MEMORY_AS_RAY_SHOWS_IT}>
+                  <span>{bytes(d.memory_used_bytes)} / {bytes(d.memory_total_bytes)}</span>
+                </Tooltip>
               </TableCell>
               <TableCell align="right">{watts(d.power_watts)}</TableCell>
               <TableCell align="right">
@@ -114,8 +138,7 @@ export function NodeView({ nodeId, refreshMs, ray }: {
       </Box>
 
       <Typography variant="h6">Links</Typography>
-      <Box sx={{ maxHeight: 420, overflow: "auto" }}>
-      <Table size="small" stickyHeader data-testid="links">
+      <Table size="small" data-testid="links">
         <TableHead>
           <TableRow>
             <TableCell>Device</TableCell><TableCell>Link</TableCell><TableCell>State</TableCell>
@@ -138,7 +161,6 @@ export function NodeView({ nodeId, refreshMs, ray }: {
           )))}
         </TableBody>
       </Table>
-      </Box>
 
       {fabricDevices(node.devices).length > 0 && <Typography variant="h6">NVLink fabric</Typography>}
       <FabricTable devices={node.devices} />

@@ -3,6 +3,7 @@ import {
   Alert, Box, Chip, Link, Stack, Table, TableBody, TableCell, TableHead, TableRow, Typography,
 } from "@mui/material";
 import { rayLink, usePoll, type Job, type JobDetail, type Unit } from "../api";
+import { ActivityCell, HolderStateChip } from "../components/Activity";
 import { DASH, bytes, percent } from "../format";
 
 function unitName(u: Unit): string {
@@ -18,8 +19,8 @@ function UnitRows({ unit, ray }: { unit: Unit; ray: string | null }) {
     <>
       {unit.devices.map((d, i) => (
         <TableRow key={`${unit.key}-${d.uuid}`} data-testid="unit-device"
-          data-idle={d.idle ? "true" : "false"}
-          sx={{ background: d.idle ? "#fff3e0" : undefined }}>
+          data-idle={d.idle ? "true" : "false"} data-spinning={d.spinning ? "true" : "false"}
+          sx={{ background: d.spinning ? "#f3e5f5" : d.idle ? "#fff3e0" : undefined }}>
           {i === 0 && (
             <TableCell rowSpan={unit.devices.length} data-testid="unit">
               {link ? <Link href={link}>{unitName(unit)}</Link> : unitName(unit)}
@@ -34,7 +35,10 @@ function UnitRows({ unit, ray }: { unit: Unit; ray: string | null }) {
           <TableCell align="right">{percent(d.utilization)}</TableCell>
           <TableCell align="right">{percent(d.process_sm_utilization)}</TableCell>
           <TableCell align="right">{bytes(d.process_memory_bytes)}</TableCell>
-          <TableCell>{d.idle ? <Chip size="small" color="warning" label="IDLE ALLOCATION" />
+          <TableCell>{d.shared ? <Chip size="small" variant="outlined" label="shared" />
+            : <ActivityCell activity={d.activity} />}</TableCell>
+          <TableCell>{d.spinning ? <HolderStateChip holder={d} />
+            : d.idle ? <HolderStateChip holder={d} label="IDLE ALLOCATION" />
             : d.allocated ? "in use" : "using, not allocated"}</TableCell>
         </TableRow>
       ))}
@@ -55,7 +59,7 @@ export function JobPanel({ jobId, refreshMs, ray }: {
           <TableCell>Actor / task</TableCell><TableCell>Device</TableCell>
           <TableCell align="right">Share</TableCell><TableCell align="right">Device util</TableCell>
           <TableCell align="right">Its SM</TableCell><TableCell align="right">Its memory</TableCell>
-          <TableCell>State</TableCell>
+          <TableCell>Activity</TableCell><TableCell>State</TableCell>
         </TableRow>
       </TableHead>
       <TableBody>
