@@ -121,6 +121,7 @@ def test_summary_and_snapshot_of_one_cycle_agree(template):
     doc["devices"][0]["holders"][0]["spinning"] = True
     for engine, ratio in (("sm", 0.0312), ("graphics", 0.9871)):
         _set(doc["devices"][0]["values"], "ray.accelerator.activity", {"engine": engine}, ratio)
+    _set(doc["devices"][0]["values"], "ray.accelerator.device.spinning", {}, 1)
     body, _ = encode(summary_document(doc))
     summary = json.loads(body)
     assert summary["devices"][0]["holders"][0]["spinning"] is True
@@ -129,8 +130,10 @@ def test_summary_and_snapshot_of_one_cycle_agree(template):
     full = reduce_snapshot(doc)
     compact = reduce_summary(summary)
     compact["taken_at"] = full["taken_at"]  # a header of the same answer
+    assert compact["devices"][0]["spinning"] == full["devices"][0]["spinning"] == 1.0
     for got, want in zip(compact["devices"], full["devices"], strict=True):
         assert got["holders"] == want["holders"]
+        assert got["spinning"] == want["spinning"]
         assert set(got["activity"]) == set(want["activity"])
         assert all(abs(got["activity"][k] - want["activity"][k]) <= 0.005
                    for k in want["activity"])

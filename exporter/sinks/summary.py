@@ -33,7 +33,7 @@ DEVICE_FIELDS: dict[str, float | None] = {
     "power_watts": 1.0, "power_limit_watts": None, "temperature_celsius": 1.0,
     "throttle_reasons": None, "pcie": None, "ecc_uncorrected": None,
     "row_remap_pending": None, "row_remap_failure": None, "xid_errors": None,
-    "fabric": None, "holders": None, "processes": None, "allocated": None,
+    "fabric": None, "holders": None, "processes": None, "allocated": None, "spinning": None,
 }
 ACTIVITY_STEP = 0.01
 AGE_STEP_S = 1.0
@@ -57,9 +57,10 @@ def _device(device: dict[str, Any]) -> dict[str, Any]:
                         for h in device["holders"]]
     found["processes"] = [{k: v for k, v in p.items() if _present(v)}
                           for p in device["processes"]]
-    if device["activity"]:
-        found["activity"] = {engine: _rounded(ratio, ACTIVITY_STEP)
-                             for engine, ratio in sorted(device["activity"].items())}
+    for field in ("activity", "pipe_activity"):  # GPM engine and pipe ratios
+        if device.get(field):
+            found[field] = {name: _rounded(ratio, ACTIVITY_STEP)
+                            for name, ratio in sorted(device[field].items())}
     down = [{"link_type": link["link_type"], "index": link["index"], "up": False}
             for link in device["links"] if link["up"] is False]
     if down:
