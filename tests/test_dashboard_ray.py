@@ -80,7 +80,8 @@ def dashboard(cluster) -> str:
 
 @pytest.fixture(scope="module")
 def workload(cluster, tmp_path_factory):
-    driver = start_driver(cluster, tmp_path_factory.mktemp("job"), "trainer,idle,servers,task")
+    driver = start_driver(cluster, tmp_path_factory.mktemp("job"),
+                          "trainer,idle,servers,task,spinner")
     yield driver
     driver.stop()
 
@@ -121,14 +122,17 @@ def test_browser_clicks_through_every_view(cluster, dashboard, agent, workload, 
     token = cluster.token.read_text().strip()
     wait_json(f"{dashboard}/accelerators/api/summary", token,
               lambda s: s["devices"]["idle_allocations"] >= 1)
-    shots = os.environ.get("RAY_ACCEL_SCREENSHOTS") or str(tmp_path / "shots")
+    # absolute: the browser runs in frontend/
+    shots = str(Path(os.environ.get("RAY_ACCEL_SCREENSHOTS") or tmp_path / "shots").resolve())
     result = subprocess.run(
         ["node", "e2e/browser.mjs"], cwd=FRONTEND, capture_output=True, text=True, timeout=240,
         env={**os.environ, "BASE_URL": dashboard, "TOKEN": token, "SHOTS": shots,
-             "EXPECT_DEVICES": "8", "EXPECT_IDLE_CLASS": "IdleHolder"})
+             "EXPECT_DEVICES": "8", "EXPECT_IDLE_CLASS": "IdleHolder",
+             "EXPECT_SPINNING_CLASS": "Spinner",
+             "EXPECT_LINKS": "152"})  # 8 H200s x (18 NVLink + 1 PCIe)
     print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stdout + result.stderr
-    for view in ("cluster", "node", "workloads", "findings"):
+    for view in ("cluster", "node", "node-devices", "workloads", "findings"):
         assert (Path(shots) / f"{view}.png").stat().st_size > 10_000
 
 

@@ -2,7 +2,8 @@
 // Debian's Chromium through playwright-core, against the module running in a real Ray
 // dashboard with the demo workload. Clicks through every view, checks what a person
 // sees, and saves a screenshot of each view.
-// Environment: BASE_URL, TOKEN, SHOTS (folder), EXPECT_DEVICES, EXPECT_IDLE_CLASS.
+// Environment: BASE_URL, TOKEN, SHOTS (folder), EXPECT_DEVICES, EXPECT_IDLE_CLASS,
+// EXPECT_LINKS (the node's links), EXPECT_SPINNING_CLASS (an actor spinning its GPU, if any).
 import { chromium } from "playwright-core";
 import { mkdirSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -13,6 +14,8 @@ const token = process.env.TOKEN;
 const shots = process.env.SHOTS ?? mkdtempSync(join(tmpdir(), "shots-"));
 const devices = process.env.EXPECT_DEVICES ?? "8";
 const idleClass = process.env.EXPECT_IDLE_CLASS ?? "IdleHolder";
+const links = process.env.EXPECT_LINKS ? Number(process.env.EXPECT_LINKS) : null;
+const spinningClass = process.env.EXPECT_SPINNING_CLASS ?? "";
 mkdirSync(shots, { recursive: true });
 let checks = 0;
 
@@ -50,6 +53,14 @@ try {
   check((await page.getByTestId("domain-header").first().innerText()).includes("NVLink domain"),
         "devices grouped by NVLink domain");
   await page.getByTestId("metric-util").click();
+  check((await page.getByTestId("legend-scale").count()) === 1, "the utilization scale in the legend");
+  const down = "rgb(229, 57, 53)"; // HEALTH_COLORS.down
+  const painted = await page.locator('[data-testid^="cell-"][data-health="ok"]').evaluateAll(
+    (cells) => cells.map((c) => getComputedStyle(c).backgroundColor));
+  check(painted.length > 0 && !painted.includes(down), `no healthy device painted down's red (${painted})`);
+  await page.getByTestId("metric-health").click();
+  check((await page.getByTestId("legend-down").count()) === 1, "health colours in the legend");
+  await page.getByTestId("metric-util").click();
   await page.waitForTimeout(2500); // let the sparklines gather a few points
   await page.screenshot({ path: join(shots, "cluster.png"), fullPage: true });
 
@@ -62,6 +73,28 @@ try {
   const idleHolder = page.locator('[data-testid="holder"][data-idle="true"]');
   await idleHolder.first().waitFor();
   check((await idleHolder.first().innerText()).includes(idleClass), `${idleClass} shown idle`);
+  check((await idleHolder.first().locator('[data-testid="state"]').getAttribute("data-state")) === "idle",
+        "the idle holder's chip says idle");
+  const measured = page.locator('[data-testid="activity"][data-measured="true"]');
+  await measured.first().waitFor({ timeout: 60000 });
+  check(/GR \d+%/.test(await measured.first().innerText()), "engine activity per device");
+  if (spinningClass) {
+    const spinning = page.locator('[data-testid="holder"][data-spinning="true"]');
+    await spinning.first().waitFor({ timeout: 90000 });
+    check((await spinning.first().innerText()).includes(spinningClass), `${spinningClass} shown spinning`);
+    check((await spinning.first().locator('[data-testid="state"]').innerText()) === "SPINNING",
+          "the spinning holder has its own chip");
+    check(!(await spinning.first().innerText()).includes("BUSY"), "spinning is not busy");
+    const busy = page.locator('[data-testid="holder"]', { hasText: "Trainer" });
+    check((await busy.first().locator('[data-testid="state"]').getAttribute("data-state")) === "busy",
+          "the training actor is busy");
+  }
+  check((await page.getByTestId("memory-help").getAttribute("aria-label")).includes("reserved"),
+        "the memory column explains Ray's reserved memory");
+  if (links !== null) {
+    const rows = await page.locator('[data-testid="links"] tbody tr').count();
+    check(rows === links, `every link listed (${rows} of ${links})`);
+  }
   const rates = await page.getByTestId("nvlink-rate").allInnerTexts();
   check(rates.length === Number(devices), "an NVLink rate per device");
   check(rates.some((r) => /\d+(\.\d)? [GM]B\/s/.test(r)), `NVLink bandwidth numbers (${rates[0]})`);
@@ -70,7 +103,10 @@ try {
         "processes on each device carry their actor");
   const rayNode = await page.getByTestId("ray-node-link").getAttribute("href");
   check(rayNode.startsWith("/#/cluster/nodes/"), "link into Ray's node page");
-  await page.screenshot({ path: join(shots, "node.png"), fullPage: true });
+  await page.mouse.move(0, 0); // no tooltip or hover state in the picture
+  // The page's first screen (the whole page, with every link listed, is several metres long).
+  await page.screenshot({ path: join(shots, "node.png") });
+  await page.getByTestId("device-table").screenshot({ path: join(shots, "node-devices.png") });
 
   // Workloads: job -> actors/tasks -> devices, the idle one highlighted.
   await page.getByTestId("tab-workloads").click();

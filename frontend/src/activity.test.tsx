@@ -1,13 +1,15 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cleanup, render, screen, waitFor } from "@testing-library/react";
-import type { Device, HeatCell, HeatNode, NodeDetail } from "./api";
+import type { Device, HeatCell, HeatNode, NodeDetail, Unit } from "./api";
 import {
   ActivityCell, HolderStateChip, activityText, holderState, withTensor,
 } from "./components/Activity";
 import { cellColor, cellTitle } from "./components/Heatmap";
 import { HeatLegend, scaleGradient } from "./components/Legend";
-import { HEALTH_COLORS, SCALE_STOPS, heatColor, heatTextColor } from "./format";
+import { InfoMark } from "./components/InfoMark";
+import { HEALTH_COLORS, MEMORY_AS_RAY_SHOWS_IT, SCALE_STOPS, heatColor, heatTextColor } from "./format";
 import { NodeView } from "./views/Node";
+import { JobPanel, carriesActivity } from "./views/Workloads";
 
 afterEach(() => {
   cleanup();
@@ -179,5 +181,52 @@ describe("the node page", () => {
     const device1 = screen.getByTestId("device-1");
     expect(device1.querySelector('[data-state="spinning"]')).not.toBeNull();
     expect(screen.getByTestId("device-0").querySelector('[data-state="spinning"]')).toBeNull();
+  });
+});
+
+describe("the workloads page", () => {
+  const use = (over: Record<string, unknown>) => ({
+    node_id: "n1", hostname: "h1", uuid: "GPU-2", index: "2", model: "NVIDIA H200",
+    fraction: 1, allocated: true, idle: false, utilization: 1, process_memory_bytes: 2 ** 34,
+    process_sm_utilization: 1, ...over,
+  });
+  const unit = (devices: Record<string, unknown>[]) => ({
+    key: "actor:a", kind: "actor", job_id: "01000000", actor_id: "a", actor_class: "Spinner",
+    actor_name: "", task_id: "", task_name: "", pid: 7, node_id: "n1", hostname: "h1",
+    devices, gpus: 1, idle: false,
+  });
+  const job = (units: unknown[]) => ({
+    job_id: "01000000", actors: 1, tasks: 0, workers: 0, gpus: 1, devices: 1,
+    idle_allocations: 0, nodes: 1, units,
+  });
+
+  async function open(body: unknown) {
+    vi.stubGlobal("fetch", vi.fn(async () => new Response(JSON.stringify(body))));
+    render(<JobPanel jobId="01000000" refreshMs={60000} ray={null} />);
+    await waitFor(() => screen.getByTestId("job-units"));
+  }
+
+  it("shows a spinning holder's own state and its activity where the API carries them", async () => {
+    await open(job([unit([use({ spinning: true, shared: false,
+                                activity: { graphics: 1, sm: 0.02 } })])]));
+    const row = screen.getByTestId("unit-device");
+    expect(row.dataset.spinning).toBe("true");
+    expect(row.querySelector('[data-testid="state"]')!.getAttribute("data-state")).toBe("spinning");
+    expect(row.querySelector('[data-testid="activity"]')!.textContent).toBe("GR 100% · SM 2%");
+  });
+  it("has no activity column where the API does not carry it (no false 'not measured')", async () => {
+    await open(job([unit([use({})])]));
+    expect(carriesActivity([unit([use({})])] as unknown as Unit[])).toBe(false);
+    expect(screen.getByTestId("job-units").textContent).not.toContain("Activity");
+    expect(screen.queryByTestId("activity")).toBeNull();
+  });
+});
+
+describe("memory as Ray shows it", () => {
+  it("explains Ray's reserved memory next to the cluster's memory", async () => {
+    render(<InfoMark help={MEMORY_AS_RAY_SHOWS_IT} testid="help" />);
+    const help = screen.getByTestId("help").getAttribute("aria-label")!;
+    expect(help).toContain("604 MiB in Ray and 0 B here");
+    expect(help).toContain("ray.accelerator.memory.reserved");
   });
 });

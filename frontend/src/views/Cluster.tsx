@@ -2,10 +2,11 @@
 import { useState } from "react";
 import {
   Alert, Box, Card, CardContent, Stack, Table, TableBody, TableCell, TableHead, TableRow,
-  ToggleButton, ToggleButtonGroup, Tooltip, Typography,
+  ToggleButton, ToggleButtonGroup, Typography,
 } from "@mui/material";
 import { usePoll, type HeatNode, type Summary } from "../api";
 import { Heatmap, type HeatMetric } from "../components/Heatmap";
+import { InfoMark } from "../components/InfoMark";
 import { HeatLegend } from "../components/Legend";
 import { Sparkline } from "../components/Sparkline";
 import { MEMORY_AS_RAY_SHOWS_IT, bytes, percent, watts } from "../format";
@@ -13,12 +14,15 @@ import { MEMORY_AS_RAY_SHOWS_IT, bytes, percent, watts } from "../format";
 function Stat({ label, value, testid, help, children }: {
   label: string; value: string; testid: string; help?: string; children?: React.ReactNode;
 }) {
-  const caption = <Typography variant="caption" color="text.secondary">{label}</Typography>;
+  const caption = (
+    <Typography variant="caption" color="text.secondary">
+      {label}{help && <InfoMark help={help} testid={`${testid}-help`} />}
+    </Typography>
+  );
   return (
     <Card variant="outlined" sx={{ minWidth: 170 }}>
       <CardContent sx={{ py: 1.5, "&:last-child": { pb: 1.5 } }}>
-        {help ? <Tooltip title={help}><span data-testid={`${testid}-help`}>{caption}</span></Tooltip>
-          : caption}
+        {caption}
         <Typography variant="h5" data-testid={testid}>{value}</Typography>
         {children}
       </CardContent>
@@ -47,7 +51,7 @@ export function ClusterView({ refreshMs }: { refreshMs: number }) {
           <Stat label="Mean utilization" testid="utilization" value={percent(s.utilization.mean)}>
             <Sparkline values={s.history.utilization} max={1} label="utilization history" />
           </Stat>
-          <Stat label="Memory used ⓘ" help={MEMORY_AS_RAY_SHOWS_IT} testid="memory"
+          <Stat label="Memory used" help={MEMORY_AS_RAY_SHOWS_IT} testid="memory"
             value={`${bytes(s.memory.used_bytes)} / ${bytes(s.memory.total_bytes)}`}>
             <Sparkline values={s.history.memory_used_bytes} max={s.memory.total_bytes || 1}
               color="#7b1fa2" label="memory history" />

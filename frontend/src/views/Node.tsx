@@ -7,6 +7,7 @@ import {
 import { rayLink, usePoll, type Device, type NodeDetail } from "../api";
 import { ActivityCell, HolderStateChip, activityText, withTensor } from "../components/Activity";
 import { FabricTable, fabricDevices } from "../components/FabricTable";
+import { InfoMark } from "../components/InfoMark";
 import { Sparkline } from "../components/Sparkline";
 import { DASH, HEALTH_COLORS, MEMORY_AS_RAY_SHOWS_IT, bytes, percent, rate, watts } from "../format";
 import { FindingRow } from "./Findings";
@@ -71,9 +72,7 @@ export function NodeView({ nodeId, refreshMs, ray }: {
             <TableCell align="right">Util</TableCell><TableCell>Last 10 min</TableCell>
             <TableCell>Activity</TableCell>
             <TableCell align="right">
-              <Tooltip title={MEMORY_AS_RAY_SHOWS_IT}>
-                <span data-testid="memory-help">Memory ⓘ</span>
-              </Tooltip>
+              Memory<InfoMark help={MEMORY_AS_RAY_SHOWS_IT} testid="memory-help" />
             </TableCell><TableCell align="right">Power</TableCell>
             <TableCell align="right">Temp</TableCell>
             <TableCell align="right">NVLink TX / RX</TableCell>

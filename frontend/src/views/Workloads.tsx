@@ -12,7 +12,13 @@ function unitName(u: Unit): string {
   return `worker pid ${u.pid}`;
 }
 
-function UnitRows({ unit, ray }: { unit: Unit; ray: string | null }) {
+// Whether the API carries per-holder activity (older heads do not: show no column then,
+// rather than a dash that would read as "not measured").
+export function carriesActivity(units: Unit[]): boolean {
+  return units.some((u) => u.devices.some((d) => d.activity !== undefined || d.shared !== undefined));
+}
+
+function UnitRows({ unit, ray, activity }: { unit: Unit; ray: string | null; activity: boolean }) {
   const link = unit.kind === "actor" ? rayLink(ray, `actors/${unit.actor_id}`)
     : unit.kind === "task" ? rayLink(ray, `jobs/${unit.job_id}/tasks/${unit.task_id}`) : null;
   return (
@@ -35,8 +41,8 @@ function UnitRows({ unit, ray }: { unit: Unit; ray: string | null }) {
           <TableCell align="right">{percent(d.utilization)}</TableCell>
           <TableCell align="right">{percent(d.process_sm_utilization)}</TableCell>
           <TableCell align="right">{bytes(d.process_memory_bytes)}</TableCell>
-          <TableCell>{d.shared ? <Chip size="small" variant="outlined" label="shared" />
-            : <ActivityCell activity={d.activity} />}</TableCell>
+          {activity && <TableCell>{d.shared ? <Chip size="small" variant="outlined" label="shared" />
+            : <ActivityCell activity={d.activity ?? {}} />}</TableCell>}
           <TableCell>{d.spinning ? <HolderStateChip holder={d} />
             : d.idle ? <HolderStateChip holder={d} label="IDLE ALLOCATION" />
             : d.allocated ? "in use" : "using, not allocated"}</TableCell>
@@ -52,6 +58,7 @@ export function JobPanel({ jobId, refreshMs, ray }: {
   const { data, error } = usePoll<JobDetail>(`jobs/${jobId}`, refreshMs);
   if (error && !data) return <Alert severity="error">{error.message}</Alert>;
   if (!data) return <Typography>Loading…</Typography>;
+  const activity = carriesActivity(data.units);
   return (
     <Table size="small" data-testid="job-units">
       <TableHead>
@@ -59,11 +66,11 @@ export function JobPanel({ jobId, refreshMs, ray }: {
           <TableCell>Actor / task</TableCell><TableCell>Device</TableCell>
           <TableCell align="right">Share</TableCell><TableCell align="right">Device util</TableCell>
           <TableCell align="right">Its SM</TableCell><TableCell align="right">Its memory</TableCell>
-          <TableCell>Activity</TableCell><TableCell>State</TableCell>
+          {activity && <TableCell>Activity</TableCell>}<TableCell>State</TableCell>
         </TableRow>
       </TableHead>
       <TableBody>
-        {data.units.map((u) => <UnitRows key={u.key} unit={u} ray={ray} />)}
+        {data.units.map((u) => <UnitRows key={u.key} unit={u} ray={ray} activity={activity} />)}
       </TableBody>
     </Table>
   );
