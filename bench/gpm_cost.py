@@ -1,5 +1,8 @@
 """What GPM adds to the NVIDIA cycle: the simulated 8x H200 node with and without GPM.
 
+Also the cycle without the simulated driver time (the scenario's `delays`): what of
+the cycle is ours and what is the CPU time a real H200's driver spends.
+
 Runs the collection comparison of bench/run.py (our backend's cycle beside Ray
 2.60's provider, CPU per cycle, in the same process) twice: on `hgx-h200` as
 shipped (GPM on: one sample and one metrics call per GPU each cycle) and on the
@@ -25,6 +28,32 @@ def without_gpm(name: str = "hgx-h200") -> dict:
     for device in scenario["devices"]:
         device["gpm_supported"] = False
     return scenario
+
+
+def without_driver_cost(name: str = "hgx-h200") -> dict:
+    """The scenario with no simulated driver CPU time (no `delays` rules): our own share."""
+    scenario = copy.deepcopy(load_scenario(name))
+    scenario["delays"] = []
+    return scenario
+
+
+def driver_share_lines(with_gpm: dict, no_driver: dict) -> list[str]:
+    """Report lines: how much of our cycle is the driver time copied from a real H200."""
+    ours, own = statistics.median(with_gpm["ours"]), statistics.median(no_driver["ours"])
+    ray = statistics.median(with_gpm["ray"])
+    return [
+        "How much of that cycle is the driver's: the same cycle (GPM on) with the scenario's",
+        "`delays` rules removed, so the fake spends no CPU time in its calls. The difference",
+        "is the CPU time the real H200's driver spent in the same calls (energy, field",
+        "values, process utilization, PCIe replay), which no change on our side removes",
+        "short of reading those values less often:",
+        "",
+        "| | CPU per cycle | ratio to Ray's provider |",
+        "|---|---|---|",
+        f"| whole cycle | {ours * 1e3:.3g} ms | {ours / ray:.3f} |",
+        f"| without the simulated driver time | {own * 1e3:.3g} ms | {own / ray:.3f} |",
+        f"| the simulated driver time | {(ours - own) * 1e3:.3g} ms | {(ours - own) / ray:.3f} |",
+    ]
 
 
 def gpm_lines(with_gpm: dict, without: dict) -> list[str]:
@@ -74,10 +103,14 @@ def measured(scenario: str | dict, rounds: int) -> dict:
 def main(rounds: int = 50) -> dict:
     with_gpm = measured("hgx-h200", rounds)
     no_gpm = measured(without_gpm(), rounds)
+    no_driver = measured(without_driver_cost(), rounds)
     return {
         "with_gpm": with_gpm,
         "without_gpm": no_gpm,
         "gpm_cpu_ms": with_gpm["ours_cpu_ms"] - no_gpm["ours_cpu_ms"],
+        "without_driver_cost_cpu_ms": no_driver["ours_cpu_ms"],
+        "driver_cpu_ms": with_gpm["ours_cpu_ms"] - no_driver["ours_cpu_ms"],
+        "ratio_without_driver_cost": no_driver["ours_cpu_ms"] / with_gpm["ray_cpu_ms"],
     }
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pynvml
 from agent_footprint import cpu_share, memory_under_churn
-from gpm_cost import gpm_lines, without_gpm
+from gpm_cost import driver_share_lines, gpm_lines, without_driver_cost, without_gpm
 from nvml_calls import NvmlCallLog
 
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
@@ -119,14 +119,21 @@ def collection(results: dict, rounds: int = 50) -> None:
     }
 
 
-def collection_without_gpm(results: dict, hardware: SimulatedHardware) -> None:
-    """The collection comparison again with GPM off on every GPU: what GPM adds to a cycle."""
-    with SimulatedHardware.start(without_gpm()) as no_gpm:
-        no_gpm.activate()
+def collection_on(scenario: dict, hardware: SimulatedHardware) -> dict:
+    """The collection comparison on another scenario; `hardware` is active again after it."""
+    with SimulatedHardware.start(scenario) as other:
+        other.activate()
         measured: dict = {}
         collection(measured)
     hardware.activate()
-    results["collection_without_gpm"] = measured["collection"]
+    return measured["collection"]
+
+
+def collection_without_gpm(results: dict, hardware: SimulatedHardware) -> None:
+    """The collection comparison again with GPM off on every GPU: what GPM adds to a cycle;
+    and without the simulated driver time: what of the cycle is ours."""
+    results["collection_without_gpm"] = collection_on(without_gpm(), hardware)
+    results["collection_without_driver_cost"] = collection_on(without_driver_cost(), hardware)
 
 
 class SteppedClock:
@@ -399,6 +406,8 @@ def report(results: dict) -> str:
         *collection_table(c),
         "",
         *gpm_lines(c, results["collection_without_gpm"]),
+        "",
+        *driver_share_lines(c, results["collection_without_driver_cost"]),
         "",
         *call_costs_section(c),
         "",
