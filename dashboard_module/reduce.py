@@ -41,6 +41,10 @@ def _number(number: Any) -> float | None:
     return None
 
 
+def _flag(flag: Any) -> bool | None:
+    return flag if isinstance(flag, bool) else None
+
+
 def by_label(values: Mapping[str, list[dict[str, Any]]], metric: str,
              label: str) -> dict[str, float]:
     """label value -> value, for every entry of `metric`."""
@@ -144,6 +148,8 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
         "memory_used_bytes": value(values, m.MEMORY_USAGE),
         "memory_reserved_bytes": value(values, m.MEMORY_RESERVED),
         "spinning": value(values, m.DEVICE_SPINNING),
+        # busy with flat interconnect counters and no real compute for the window
+        "collective_suspected_stall": _flag(doc.get("collective_suspected_stall")),
         "memory_total_bytes": value(values, m.MEMORY_LIMIT),
         "power_watts": value(values, m.POWER),
         "power_limit_watts": value(values, m.POWER_LIMIT),

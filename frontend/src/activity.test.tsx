@@ -139,6 +139,7 @@ const holder = (pid: number, over: Record<string, unknown>) => ({
 describe("the node page", () => {
   const devices = Array.from({ length: 8 }, (_, i) => device(i));
   devices[1] = device(1, { spinning: 1, activity: { graphics: 1, sm: 0.02 }, pipe_activity: {},
+                           collective_suspected_stall: true,
                            holders: [holder(11, { spinning: true, actor_class: "Spinner" })] });
   devices[2] = device(2, { activity: {}, pipe_activity: {},
                            holders: [holder(12, { idle: true, idle_rule: "no_context" })] });
@@ -181,6 +182,8 @@ describe("the node page", () => {
     const device1 = screen.getByTestId("device-1");
     expect(device1.querySelector('[data-state="spinning"]')).not.toBeNull();
     expect(screen.getByTestId("device-0").querySelector('[data-state="spinning"]')).toBeNull();
+    expect(screen.getAllByTestId("collective-stall")).toHaveLength(1);
+    expect(device1.querySelector('[data-testid="collective-stall"]')).not.toBeNull();
   });
 });
 

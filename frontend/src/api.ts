@@ -85,6 +85,7 @@ export interface Device {
   health: Health; utilization: number | null; memory_used_bytes: number | null;
   memory_total_bytes: number | null; memory_reserved_bytes?: number | null;
   activity?: Activity; pipe_activity?: Activity; spinning?: number | null;
+  collective_suspected_stall?: boolean | null;
   power_watts: number | null;
   power_limit_watts: number | null; temperature_celsius: number | null;
   throttle_reasons: string[];

@@ -87,6 +87,12 @@ export function NodeView({ nodeId, refreshMs, ray }: {
               <TableCell>
                 <HealthChip health={d.health} />
                 {d.spinning === 1 && <HolderStateChip holder={{ idle: false, spinning: true }} />}
+                {d.collective_suspected_stall === true && (
+                  <Tooltip title="Suspected hung collective: busy while its NVLink/PCIe counters stay flat and its SMs do no real work for the detection window.">
+                    <Chip size="small" color="error" variant="outlined" label="HUNG COLLECTIVE?"
+                      data-testid="collective-stall" sx={{ ml: 0.5 }} />
+                  </Tooltip>
+                )}
               </TableCell>
               <TableCell align="right">{percent(d.utilization)}</TableCell>
               <TableCell>
