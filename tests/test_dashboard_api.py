@@ -33,18 +33,23 @@ TRAINER_ACTOR = "b" * 32
 TASK = "c" * 48
 
 
+def _all_answering(doc: dict) -> bool:
+    """Eight GPUs up, each with its links and their rates (a slow cycle can leave one stale)."""
+    return len(doc["devices"]) == 8 and all(
+        dev["up"] and dev["links"] and all(link["rates_bytes_per_s"] for link in dev["links"])
+        for dev in doc["devices"])
+
+
 @pytest.fixture(scope="module")
 def agent():
     with AgentProcess("--simulate", "hgx-h200", "--interval", "0.5") as running:
-        running.wait_for(lambda d: len(d["devices"]) == 8 and all(
-            link["rates_bytes_per_s"] for dev in d["devices"] for link in dev["links"]),
-            timeout=60)
+        running.wait_for(_all_answering, timeout=60)
         yield running
 
 
 @pytest.fixture(scope="module")
 def template(agent) -> dict:
-    return agent.json("/api/v1/snapshot")
+    return agent.wait_for(_all_answering, timeout=60)
 
 
 def _set(values: dict, metric: str, labels: dict, value: float) -> None:
