@@ -173,6 +173,12 @@ def _gpm_name(metric_id: int) -> tuple[str, str | None]:
     raise KeyError(metric_id)
 
 
+def _midpoints(points: Points, interval_s: float) -> Points:
+    """Interval averages placed at the middle of their interval (the first: one interval)."""
+    return [(max(t - ((t - points[i - 1][0]) if i else interval_s) / 2, 0.0), v)
+            for i, (t, v) in enumerate(points)]
+
+
 def _gpm(out: dict[str, Any], series: DeviceSeries, interval_s: float) -> None:
     # A GPM value averages the interval before its sample: it stands for the middle of it.
     gpm: dict[str, Any] = {}
@@ -181,7 +187,7 @@ def _gpm(out: dict[str, Any], series: DeviceSeries, interval_s: float) -> None:
         if not points:
             continue
         name, link = _gpm_name(metric.metric_id)
-        signal = gauge_signal(_scaled(points, 1 / metric.scale, -interval_s / 2))
+        signal = gauge_signal(_midpoints(_scaled(points, 1 / metric.scale), interval_s))
         if link is None:
             gpm[name] = signal
         else:

@@ -25,7 +25,10 @@ class NothingRecorded(Exception):
 
 
 def _nvidia_devices(recording: Recording) -> list[str]:
-    uuids = [u for u, d in recording.devices.items() if d.vendor == "nvidia" and not d.parent_uuid]
+    """The physical NVIDIA GPUs identified during the recording (not the placeholders of
+    GPUs whose discovery had not finished), by NVML index."""
+    uuids = [u for u, d in recording.devices.items()
+             if d.vendor == "nvidia" and not d.parent_uuid and u.startswith("GPU-")]
     return sorted(uuids, key=lambda u: int(recording.devices[u].index))
 
 
@@ -62,7 +65,8 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
             uuid = device_frame.uuid
             if uuid not in series:
                 continue
-            if device_frame.stale:  # its values are old: what counts is when it was stale
+            if device_frame.stale or not device_frame.up:
+                # Its values are old (a down device keeps its counters): what counts is when.
                 series[uuid].add(max(frame.taken_at - t0, 0.0), device_frame)
                 continue
             if last_taken.get(uuid) == device_frame.taken_at:

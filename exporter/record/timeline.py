@@ -10,6 +10,7 @@ boundaries of every merged segment, so the replay counts what the node counted.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,32 +27,44 @@ def _tolerance(values: Sequence[float], relative: float, absolute: float) -> flo
     return max(absolute, relative * max(abs(v) for v in values))
 
 
-def _linear_keep(points: Sequence[Point], tolerance: float) -> list[int]:
-    """Indices of the points a straight-line interpolation needs (Douglas-Peucker)."""
-    keep = {0, len(points) - 1}
-    stack = [(0, len(points) - 1)]
-    while stack:
-        first, last = stack.pop()
-        (t0, v0), (t1, v1) = points[first], points[last]
-        worst, worst_at = -1.0, -1
-        for i in range(first + 1, last):
-            t, v = points[i]
-            line = v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-            error = abs(v - line)
-            if error > worst:
-                worst, worst_at = error, i
-        if worst > tolerance:
-            keep.add(worst_at)
-            stack += [(first, worst_at), (worst_at, last)]
-    return sorted(keep)
+def _swinging_door(points: Sequence[Point], relative: float, absolute: float) -> list[Point]:
+    """Keyframes of a polyline within max(`absolute`, `relative` x |value|) of every point.
+
+    The swinging-door compression of process historians, in one pass: from each
+    keyframe, the slopes that pass within tolerance of every later point narrow as
+    points come; when none is left, the segment ends at the previous point, on the
+    middle slope.
+    """
+    t0, v0 = points[0]
+    kept = [(t0, v0)]
+    low, high = -math.inf, math.inf
+    previous_t = t0
+    for t, v in points[1:]:
+        if t <= t0:
+            continue
+        tolerance = max(absolute, relative * abs(v))
+        new_low = max(low, (v - tolerance - v0) / (t - t0))
+        new_high = min(high, (v + tolerance - v0) / (t - t0))
+        if new_low > new_high:
+            v0 += (low + high) / 2 * (previous_t - t0)
+            t0 = previous_t
+            kept.append((t0, v0))
+            new_low = (v - tolerance - v0) / (t - t0)
+            new_high = (v + tolerance - v0) / (t - t0)
+        low, high = new_low, new_high
+        previous_t = t
+    if previous_t > t0:
+        kept.append((previous_t, v0 + (low + high) / 2 * (previous_t - t0)))
+    return kept
 
 
 def gauge_signal(points: Sequence[Point], *, step: bool = False, relative: float = 0.002,
                  absolute: float = 0.0) -> Any:
     """A signal through `points` (t, value), t increasing; None when there are none.
 
-    Linear keyframes stay within max(`absolute`, `relative` x the largest |value|) of
-    every point; step keyframes keep every change.
+    Linear keyframes stay within max(`absolute`, `relative` x |value|) of every point
+    (swinging door); step keyframes keep every change. A signal that moves less than
+    that tolerance of its largest value is a constant.
     """
     if not points:
         return None
@@ -65,11 +78,10 @@ def gauge_signal(points: Sequence[Point], *, step: bool = False, relative: float
         frames = [points[0]] + [points[i] for i in range(1, len(points))
                                 if points[i][1] != points[i - 1][1]]
     else:
-        kept = _linear_keep(points, tolerance)
-        while len(kept) > MAX_KEYFRAMES:
-            tolerance *= 2
-            kept = _linear_keep(points, tolerance)
-        frames = [points[i] for i in kept]
+        frames = _swinging_door(points, relative, absolute)
+        while len(frames) > MAX_KEYFRAMES:
+            relative, absolute = relative * 2, max(absolute, tolerance) * 2
+            frames = _swinging_door(points, relative, absolute)
     frames = frames[-MAX_KEYFRAMES:]
     signal: dict[str, Any] = {"keyframes": [[round(t, 3), _number(v)] for t, v in frames]}
     if step:

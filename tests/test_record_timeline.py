@@ -1,0 +1,97 @@
+"""Samples -> scenario signals and counters (exporter/record/timeline.py)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ray_accel.exporter.record.timeline import MAX_KEYFRAMES, counter_signal, gauge_signal, unwrap
+from ray_accel.exporter.simulate import load_scenario
+
+
+def _at(signal: object, t: float) -> float:
+    """The value a linear or step signal takes at t (no period), as the scenario defines it."""
+    if not isinstance(signal, dict):
+        return float(signal)
+    frames = signal["keyframes"]
+    if t <= frames[0][0]:
+        return frames[0][1]
+    for (t0, v0), (t1, v1) in itertools.pairwise(frames):
+        if t0 <= t < t1:
+            if signal.get("interpolate") == "step":
+                return v0
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return frames[-1][1]
+
+
+def _integral(rate: object, t: float, steps: int = 20000) -> float:
+    if not isinstance(rate, dict):
+        return float(rate) * t
+    frames = rate["keyframes"]
+    total = 0.0
+    for i, (t0, r) in enumerate(frames):
+        t1 = frames[i + 1][0] if i + 1 < len(frames) else math.inf
+        lo = 0.0 if i == 0 else t0
+        if t > lo:
+            total += r * (min(t, t1) - lo)
+    return total
+
+
+def test_a_constant_gauge_is_one_number() -> None:
+    assert gauge_signal([(float(t), 700.0) for t in range(60)]) == 700
+
+
+def test_a_ramp_is_two_keyframes_and_stays_within_tolerance() -> None:
+    points = [(float(t), 100.0 + 3.0 * t) for t in range(61)]
+    signal = gauge_signal(points)
+    assert len(signal["keyframes"]) == 2
+    assert all(abs(_at(signal, t) - v) <= 0.002 * v + 1e-9 for t, v in points)
+
+
+def test_a_jump_keeps_its_corners() -> None:
+    points = [(float(t), 10.0 if t < 30 else 90.0) for t in range(60)]
+    signal = gauge_signal(points)
+    assert 3 <= len(signal["keyframes"]) <= 4
+    assert all(abs(_at(signal, t) - v) < 1e-9 for t, v in points)
+
+
+def test_step_signals_keep_every_change_only() -> None:
+    points = [(float(t), 4.0 if 10 <= t < 25 else 0.0) for t in range(60)]
+    signal = gauge_signal(points, step=True)
+    assert signal == {"keyframes": [[0.0, 0], [10.0, 4], [25.0, 0]], "interpolate": "step"}
+
+
+def test_noise_beyond_the_keyframe_limit_is_thinned() -> None:
+    points = [(float(t), float(t % 2) * (1 + t / 1e5)) for t in range(3 * MAX_KEYFRAMES)]
+    assert len(gauge_signal(points)["keyframes"]) <= MAX_KEYFRAMES
+
+
+def test_counter_unwrapping_and_resets() -> None:
+    assert unwrap([(0, 2**32 - 10), (1, 5)], wrap=2**32) == [(0, 2**32 - 10), (1, 2**32 + 5)]
+    assert unwrap([(0, 100), (1, 40)]) == [(0, 100), (1, 140)]  # a reset counts from 0
+
+
+def test_counter_reproduces_the_totals_it_was_read_at() -> None:
+    rates = [5.0] * 20 + [50.0] * 20 + [5.0] * 20
+    points, total = [], 1000.0
+    for t, rate in enumerate(rates):
+        points.append((t + 0.5, total))
+        total += rate
+    counter = counter_signal(points)
+    assert isinstance(counter["rate_per_s"], dict)
+    assert len(counter["rate_per_s"]["keyframes"]) == 3
+    for t, want in points:
+        assert abs(counter["start"] + _integral(counter["rate_per_s"], t) - want) <= 1.0
+
+
+def test_counter_that_never_moved_is_a_constant() -> None:
+    assert counter_signal([(0.0, 7.0), (1.0, 7.0)]) == 7
+
+
+def test_every_shape_loads_as_a_scenario_value() -> None:
+    device = {"uuid": "GPU-00000000-0000-0000-0000-000000000001", "name": "x",
+              "power_mw": gauge_signal([(0.0, 1.0), (1.0, 5.0), (2.0, 1.0)]),
+              "clocks_event_reasons": gauge_signal([(0.0, 0.0), (1.0, 4.0)], step=True),
+              "pcie_replay": counter_signal([(0.0, 0.0), (1.0, 3.0), (2.0, 9.0)])}
+    loaded = load_scenario({"devices": [device]})
+    assert loaded["devices"][0]["pcie_replay"]["start"] == 0
