@@ -60,7 +60,7 @@ class AgentHttp:
                  renderer: PrometheusRenderer | None = None,
                  history: History | None = None) -> None:
         self._store = store
-        self._history = history
+        self._history = history if history is not None else History()
         self._sampler_alive = sampler_alive
         self._renderer = renderer or PrometheusRenderer()
         self._summary = SummaryCache()
@@ -72,8 +72,7 @@ class AgentHttp:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/api/v1/snapshot", self.snapshot)
-        if self._history is not None:
-            app.router.add_get(record_endpoint.PATH, record_endpoint.record_handler(self._history))
+        app.router.add_get(record_endpoint.PATH, record_endpoint.record_handler(self._history))
         app.router.add_get("/api/v1/summary", self.summary)
         return app
 
