@@ -25,7 +25,7 @@ NODE_OK, NODE_STALE, NODE_UNREACHABLE, NODE_WAITING = "ok", "stale", "unreachabl
 SEVERITIES = ("critical", "warning", "info")
 FINDING_KINDS = ("device_down", "node_unreachable", "node_stale", "device_stale",
                  "idle_allocation", "throttling", "ecc_uncorrected", "row_remap", "xid",
-                 "pcie_downtrained", "link_down")
+                 "pcie_downtrained", "link_down", "fabric_unhealthy", "spinning")
 # A lower PCIe generation than the maximum only counts as downtrained on a busy device:
 # an idle device drops its link speed to save power (grafana/thresholds.py uses the same).
 PCIE_BUSY_UTILIZATION = 0.10
@@ -176,14 +176,20 @@ def device_findings(node: NodeState, device: dict[str, Any]) -> list[dict[str, A
                               f"{name}: {len(down_links)} link(s) down: {', '.join(down_links)}",
                               device, links=down_links))
     for holder in device["holders"]:
+        who = holder["actor_class"] or holder["task_name"] or f"pid {holder['pid']}"
+        details = {"pid": holder["pid"], "ray_job_id": holder["ray_job_id"],
+                   "ray_actor_id": holder["ray_actor_id"], "ray_task_id": holder["ray_task_id"],
+                   "fraction": holder["fraction"]}
         if holder["idle"]:
-            who = holder["actor_class"] or holder["task_name"] or f"pid {holder['pid']}"
             found.append(_finding(
                 "idle_allocation", "warning", node,
                 f"{who} holds {holder['fraction']:g} of {name} and does not use it", device,
-                pid=holder["pid"], ray_job_id=holder["ray_job_id"],
-                ray_actor_id=holder["ray_actor_id"], ray_task_id=holder["ray_task_id"],
-                fraction=holder["fraction"]))
+                **details))
+        elif holder["spinning"]:
+            found.append(_finding(
+                "spinning", "warning", node,
+                f"{who} holds {name} and spins on it: busy by NVML, its SMs nearly idle",
+                device, **details))
     return found
 
 
@@ -237,8 +243,12 @@ class _Workloads:
             unit = self._unit(holder, node)
             process = processes.get(holder["pid"], {})
             seen.add(holder["pid"])
-            unit["devices"].append(self._use(node, device, holder["fraction"], holder["idle"],
-                                             process))
+            use = self._use(node, device, holder["fraction"], holder["idle"], process)
+            use.update(spinning=holder["spinning"], shared=holder["shared"])
+            if not holder["shared"] and device["activity"]:
+                # a whole-device holder's activity is the device's (GPM measures per device)
+                use["activity"] = {**device["activity"], **_tensor(device)}
+            unit["devices"].append(use)
             unit["gpus"] += holder["fraction"]
             unit["idle"] = unit["idle"] or holder["idle"]
             if holder["ray_task_id"] and not unit["task_id"]:
@@ -248,7 +258,8 @@ class _Workloads:
             if pid in seen or not process["ray_job_id"]:
                 continue
             unit = self._unit(process, node)
-            unit["devices"].append(self._use(node, device, None, False, process))
+            unit["devices"].append({**self._use(node, device, None, False, process),
+                                    "spinning": False})
 
     @staticmethod
     def _use(node: NodeState, device: dict[str, Any], fraction: float | None, idle: bool,
@@ -261,6 +272,12 @@ class _Workloads:
                 "memory_total_bytes": device["memory_total_bytes"],
                 "process_memory_bytes": process.get("memory_bytes"),
                 "process_sm_utilization": process.get("sm_utilization")}
+
+
+def _tensor(device: dict[str, Any]) -> dict[str, float]:
+    """The device's any-tensor pipe activity as an engine of its activity, where measured."""
+    tensor = (device.get("pipe_activity") or {}).get("tensor")
+    return {} if tensor is None else {"tensor": tensor}
 
 
 def _merge_units(into: dict[str, dict[str, Any]], units: dict[str, dict[str, Any]]) -> None:
@@ -360,7 +377,9 @@ def _heat_cell(device: dict[str, Any], health: str) -> dict[str, Any]:
             "power": _round(device["power_watts"], 1),
             "temp": _round(device["temperature_celsius"], 1),
             "allocated": bool(device["holders"]),
-            "idle": any(h["idle"] for h in device["holders"])}
+            "idle": any(h["idle"] for h in device["holders"]),
+            "spinning": any(h["spinning"] for h in device["holders"]) or bool(device["spinning"]),
+            **({"act": device["activity"]} if device["activity"] else {})}
 
 
 def node_brief(node: NodeState, status: str, now: float) -> dict[str, Any]:

@@ -273,3 +273,28 @@ def test_cli_refuses_bad_arguments(tmp_path):
         result = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "dashboard",
                                  *args], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and words in result.stderr, result.stderr
+
+
+SPINNER_ACTOR = "d" * 32
+
+
+def test_a_spinning_holder_is_a_finding_and_shows_in_the_heatmap_and_its_job(template):
+    doc = copy.deepcopy(template)
+    doc["taken_at"] = time.time()
+    doc["attribution"]["node_id"] = node_id(1)
+    for device in doc["devices"]:
+        device.update(allocated=0.0, holders=[])
+    spun = doc["devices"][3]
+    spun.update(allocated=1.0, holders=[{**_holder(104, SPINNER_ACTOR, "Spinner"),
+                                         "spinning": True, "shared": False}])
+    node = NodeState(node_id(1), "http://x", "host-1", data=reduce_snapshot(doc))
+    view = build_view([node], refresh_s=5)
+    (finding,) = [f for f in view.findings if f["kind"] == "spinning"]
+    assert finding["device_index"] == spun["index"] and "Spinner" in finding["message"]
+    assert finding["details"]["ray_actor_id"] == SPINNER_ACTOR
+    cells = {c["index"]: c for n in view.heatmap for c in n["devices"]}
+    assert cells[spun["index"]]["spinning"] and not cells["0"]["spinning"]
+    assert "sm" in cells[spun["index"]]["act"]  # the simulated H200s measure GPM activity
+    (use,) = view.units[view.actors[SPINNER_ACTOR]]["devices"]
+    assert use["spinning"] and not use["shared"]
+    assert use["activity"]["sm"] == cells[spun["index"]]["act"]["sm"]
