@@ -247,7 +247,7 @@ class _Workloads:
             use.update(spinning=holder["spinning"], shared=holder["shared"])
             if not holder["shared"] and device["activity"]:
                 # a whole-device holder's activity is the device's (GPM measures per device)
-                use["activity"] = {**device["activity"], **_tensor(device)}
+                use["activity"] = _shown_activity({**device["activity"], **_tensor(device)})
             unit["devices"].append(use)
             unit["gpus"] += holder["fraction"]
             unit["idle"] = unit["idle"] or holder["idle"]
@@ -272,6 +272,11 @@ class _Workloads:
                 "memory_total_bytes": device["memory_total_bytes"],
                 "process_memory_bytes": process.get("memory_bytes"),
                 "process_sm_utilization": process.get("sm_utilization")}
+
+
+def _shown_activity(activity: dict[str, float]) -> dict[str, float]:
+    """Engine activity as the views show it: to the percent, as agents' summaries carry it."""
+    return {engine: round(ratio, 2) for engine, ratio in activity.items()}
 
 
 def _tensor(device: dict[str, Any]) -> dict[str, float]:
@@ -379,7 +384,7 @@ def _heat_cell(device: dict[str, Any], health: str) -> dict[str, Any]:
             "allocated": bool(device["holders"]),
             "idle": any(h["idle"] for h in device["holders"]),
             "spinning": any(h["spinning"] for h in device["holders"]) or bool(device["spinning"]),
-            **({"act": device["activity"]} if device["activity"] else {})}
+            **({"act": _shown_activity(device["activity"])} if device["activity"] else {})}
 
 
 def node_brief(node: NodeState, status: str, now: float) -> dict[str, Any]:

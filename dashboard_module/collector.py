@@ -281,13 +281,13 @@ class Collector:
             if reply.status == 404:  # an agent older than the summary
                 node.has_summary, node.summary_missing_round = False, self.rounds
                 return
+            if reply.status not in (200, 304) or (reply.status == 304 and not held):
+                raise NotASnapshot(f"HTTP {reply.status}")  # e.g. 401: a token it refuses
             taken_at = _taken_at(reply)
-            if reply.status == 304 and held:
+            if reply.status == 304:
                 stats.not_modified += 1
                 node.data["taken_at"] = taken_at
                 return
-            if reply.status != 200:
-                raise NotASnapshot(f"HTTP {reply.status}")
             body = await _read_at_most(reply, MAX_SNAPSHOT_BYTES)
             etag = reply.headers.get("ETag", "")
         stats.summaries += 1
