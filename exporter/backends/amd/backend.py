@@ -108,7 +108,7 @@ class AmdBackend(HandleBackend[_Tracked]):
             raise unavailable(f"amdsmi lists no GPUs: {_describe(error)}",
                               _DEVICE_NODES) from None
         self._tracked = {}
-        self._topology = GpuTopology()
+        self._topology = GpuTopology(library)
         self._facts = self._read_facts(library, handles)
         return [_PendingGpu(Device(self.vendor, str(index), f"amd-index-{index}", "unknown"),
                             tuple(group))
@@ -139,7 +139,7 @@ class AmdBackend(HandleBackend[_Tracked]):
                             part.pci_bus_id, parent_uuid=gpu.device.uuid,
                             facts={**part.facts, **inherited})
             partitions.append(_Tracked(device, handle, partition_calls, board=False))
-        self._topology.join(library, gpu, partitions, self._tracked)
+        self._topology.join(gpu, partitions, self._tracked)
         return [t.device for t in (gpu, *partitions)]
 
     @staticmethod
