@@ -6,6 +6,14 @@ pid), without a dashboard, leaving this process's environment alone.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from typing import Any
+
 from ray._common.network_utils import find_free_port
 
 from ray_accel.exporter.demo.local_cluster import (
@@ -42,3 +50,36 @@ class LoopbackCluster(LocalRayCluster):
                         f"--dashboard-agent-listen-port={find_free_port()}", *args)
         (node_id,) = self._raylets() - before
         return node_id
+
+
+@contextlib.contextmanager
+def deployed_cluster(nodes: Sequence[tuple[Hashable, Any]], prefix: str
+                     ) -> Iterator[tuple[LoopbackCluster, dict[str, Hashable]]]:
+    """One node per (label, scenario) on its simulated hardware, the first the head, and
+    `ray-accel deploy` run on them; yields the cluster and node id -> label."""
+    from ray_accel.exporter.simulate import SimulatedHardware
+
+    hardware = [SimulatedHardware.start(scenario) for _, scenario in nodes]
+    cluster = LoopbackCluster(prefix=prefix)
+    try:
+        labels = {cluster.start_head(hardware[0].environ(), "--num-cpus=1"): nodes[0][0]}
+        for hw, (label, _) in zip(hardware[1:], nodes[1:], strict=True):
+            labels[cluster.add_node(hw.environ(), "--num-cpus=0")] = label
+        deployed = subprocess.run(
+            [sys.executable, "-m", "ray_accel.exporter.cli", "deploy", "--address",
+             cluster.gcs_address, "--interval", "0.5", "--register-interval", "1",
+             "--wait", "120"],
+            env=cluster.env, capture_output=True, text=True, timeout=240)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        yield cluster, labels
+    finally:
+        cluster.stop()
+        for hw in hardware:
+            hw.close()
+
+
+def get_json(url: str, token: str) -> Mapping[str, Any]:
+    """A JSON answer of an endpoint behind the cluster's token."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())

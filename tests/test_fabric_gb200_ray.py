@@ -9,18 +9,16 @@ its findings name tray 7's four GPUs, and only those, as fabric_unhealthy.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from loopback_ray import LoopbackCluster
+from loopback_ray import LoopbackCluster, deployed_cluster, get_json
 from ray._common.network_utils import find_free_port
 
-from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
+from ray_accel.exporter.simulate import load_scenario
 
 TRAYS = (1, 2, 7)
 DEGRADED_TRAY = 7
@@ -35,29 +33,9 @@ def _tray(tray: int) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[LoopbackCluster, dict[str, int]]]:
-    hardware = [SimulatedHardware.start(_tray(tray)) for tray in TRAYS]
-    cluster = LoopbackCluster(prefix="nvl-")
-    try:
-        tray_of = {cluster.start_head(hardware[0].environ(), "--num-cpus=1"): TRAYS[0]}
-        for hw, tray in zip(hardware[1:], TRAYS[1:], strict=True):
-            tray_of[cluster.add_node(hw.environ(), "--num-cpus=0")] = tray
-        deployed = subprocess.run(
-            [sys.executable, "-m", "ray_accel.exporter.cli", "deploy", "--address",
-             cluster.gcs_address, "--interval", "0.5", "--register-interval", "1",
-             "--wait", "120"],
-            env=cluster.env, capture_output=True, text=True, timeout=240)
-        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
-        yield cluster, tray_of
-    finally:
-        cluster.stop()
-        for hw in hardware:
-            hw.close()
+    with deployed_cluster([(tray, _tray(tray)) for tray in TRAYS], prefix="nvl-") as running:
+        yield running
 
-
-def _get_json(url: str, token: str) -> dict:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        return json.loads(reply.read())
 
 
 def _dashboard_answers(cluster: LoopbackCluster) -> tuple[dict, dict]:
@@ -73,14 +51,14 @@ def _dashboard_answers(cluster: LoopbackCluster) -> tuple[dict, dict]:
         nodes: dict = {}
         for _ in range(90):
             try:
-                nodes = _get_json(f"{api}/nodes", token)
+                nodes = get_json(f"{api}/nodes", token)
             except OSError:
                 nodes = {}
             if len(nodes.get("nodes", ())) == len(TRAYS) and all(
                     n["status"] == "ok" and n["device_count"] == 4 for n in nodes["nodes"]):
                 break
             time.sleep(1)
-        return _get_json(f"{api}/heatmap", token), _get_json(f"{api}/findings", token)
+        return get_json(f"{api}/heatmap", token), get_json(f"{api}/findings", token)
     finally:
         dashboard.terminate()
         dashboard.wait(timeout=15)

@@ -9,48 +9,24 @@ module does inside Ray, and its API shows the three kinds of devices side by sid
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from loopback_ray import LoopbackCluster
+from loopback_ray import LoopbackCluster, deployed_cluster, get_json
 from ray._common.network_utils import find_free_port
-
-from ray_accel.exporter.simulate import SimulatedHardware
 
 SCENARIOS = ("hgx-h200", "tpu-v5e-8", "trn1-32xl")
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[LoopbackCluster, dict[str, str]]]:
-    hardware = [SimulatedHardware.start(s) for s in SCENARIOS]
-    cluster = LoopbackCluster(prefix="mx-")
-    try:
-        nodes = {cluster.start_head(hardware[0].environ(), "--num-cpus=1"): SCENARIOS[0]}
-        for hw, scenario in zip(hardware[1:], SCENARIOS[1:], strict=True):
-            nodes[cluster.add_node(hw.environ(), "--num-cpus=0")] = scenario
-        deployed = subprocess.run(
-            [sys.executable, "-m", "ray_accel.exporter.cli", "deploy", "--address",
-             cluster.gcs_address, "--interval", "0.5", "--register-interval", "1",
-             "--wait", "120"],
-            env=cluster.env, capture_output=True, text=True, timeout=240)
-        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
-        yield cluster, nodes
-    finally:
-        cluster.stop()
-        for hw in hardware:
-            hw.close()
+    with deployed_cluster([(s, s) for s in SCENARIOS], prefix="mx-") as running:
+        yield running
 
-
-def _get_json(url: str, token: str) -> dict:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        return json.loads(reply.read())
 
 
 def _api_answers(cluster: LoopbackCluster) -> tuple[dict, dict, dict]:
@@ -66,14 +42,14 @@ def _api_answers(cluster: LoopbackCluster) -> tuple[dict, dict, dict]:
         nodes: dict = {}
         for _ in range(90):
             try:
-                nodes = _get_json(f"{api}/nodes", token)
+                nodes = get_json(f"{api}/nodes", token)
             except OSError:
                 nodes = {}
             if len(nodes.get("nodes", ())) == len(SCENARIOS) and all(
                     n["status"] == "ok" and n["device_count"] for n in nodes["nodes"]):
                 break
             time.sleep(1)
-        return _get_json(f"{api}/summary", token), nodes, _get_json(f"{api}/heatmap", token)
+        return get_json(f"{api}/summary", token), nodes, get_json(f"{api}/heatmap", token)
     finally:
         dashboard.terminate()
         dashboard.wait(timeout=15)
