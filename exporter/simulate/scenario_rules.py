@@ -8,7 +8,7 @@ normalized rules carry device indices into the scenario's devices.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import amd_scenario, checks
@@ -60,55 +60,36 @@ def _rule_code(value: Any, path: str, function: str) -> int:
     return error_code(value, path)
 
 
-def normalize_errors(rules: Any, path: str, vendors: Sequence[str]) -> list[dict[str, Any]]:
+def _normalize(rules: Any, path: str, vendors: Sequence[str], keys: tuple[str, ...],
+               own: Callable[[Mapping[str, Any], str, str], dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+    """Rules with `function`, `device`, a window and the `keys` that `own` checks."""
     out = []
     for i, rule in enumerate(checks.sequence(rules, path)):
         where = f"{path}[{i}]"
-        checks.keys(
-            checks.mapping(rule, where),
-            where,
-            ("function", "device", "code", "from_s", "until_s"),
-            required=("function", "code"),
-        )
+        checks.keys(checks.mapping(rule, where), where,
+                    ("function", "device", *keys, "from_s", "until_s"),
+                    required=("function", keys[0]))
         start, until = _rule_window(rule, where)
         function = _rule_function(rule["function"], f"{where}.function")
-        out.append(
-            {
-                "function": function,
-                "device": _rule_device(rule.get("device"), f"{where}.device", vendors, function),
-                "code": _rule_code(rule["code"], f"{where}.code", function),
-                "from_s": start,
-                "until_s": until,
-            }
-        )
+        out.append({
+            "function": function,
+            "device": _rule_device(rule.get("device"), f"{where}.device", vendors, function),
+            **own(rule, where, function),
+            "from_s": start,
+            "until_s": until,
+        })
     return out
+
+
+def normalize_errors(rules: Any, path: str, vendors: Sequence[str]) -> list[dict[str, Any]]:
+    """The `errors` rules: a call answers `code` (an NVML or amdsmi error) in the window."""
+    return _normalize(rules, path, vendors, ("code",), lambda rule, where, function: {
+        "code": _rule_code(rule["code"], f"{where}.code", function)})
 
 
 def normalize_delays(rules: Any, path: str, vendors: Sequence[str]) -> list[dict[str, Any]]:
-    out = []
-    for i, rule in enumerate(checks.sequence(rules, path)):
-        where = f"{path}[{i}]"
-        checks.keys(
-            checks.mapping(rule, where),
-            where,
-            ("function", "device", "seconds", "from_s", "until_s", "busy"),
-            required=("function", "seconds"),
-        )
-        start, until = _rule_window(rule, where)
-        function = _rule_function(rule["function"], f"{where}.function")
-        out.append(
-            {
-                "function": function,
-                "device": _rule_device(rule.get("device"), f"{where}.device", vendors, function),
-                "seconds": checks.number(rule["seconds"], f"{where}.seconds", lo=0, hi=MAX_DELAY_S),
-                "from_s": start,
-                "until_s": until,
-                "busy": checks.boolean(rule.get("busy", False), f"{where}.busy"),
-            }
-        )
-    return out
-
-
-# --------------------------------------------------------------------------
-# Loading and expansion
-# --------------------------------------------------------------------------
+    """The `delays` rules: a call takes `seconds` (on the CPU when `busy`) in the window."""
+    return _normalize(rules, path, vendors, ("seconds", "busy"), lambda rule, where, _: {
+        "seconds": checks.number(rule["seconds"], f"{where}.seconds", lo=0, hi=MAX_DELAY_S),
+        "busy": checks.boolean(rule.get("busy", False), f"{where}.busy")})
