@@ -10,8 +10,9 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 import urllib.request
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ray._common.network_utils import find_free_port
@@ -83,3 +84,30 @@ def get_json(url: str, token: str) -> Mapping[str, Any]:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=10) as reply:
         return json.loads(reply.read())
+
+
+@contextlib.contextmanager
+def standalone_dashboard(cluster: LoopbackCluster, ready: Callable[[list], bool]
+                         ) -> Iterator[Callable[[str], Mapping[str, Any]]]:
+    """`ray-accel dashboard` on the cluster, asked for its nodes until `ready(nodes)` (90 s
+    at most); yields `get(endpoint)`, the JSON of /accelerators/api/<endpoint>."""
+    port = find_free_port()
+    token = cluster.token.read_text().strip()
+    api = f"http://127.0.0.1:{port}/accelerators/api"
+    dashboard = subprocess.Popen(
+        [sys.executable, "-m", "ray_accel.exporter.cli", "dashboard", "--address",
+         cluster.gcs_address, "--port", str(port), "--refresh", "1"],
+        env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(90):
+            try:
+                nodes = get_json(f"{api}/nodes", token)["nodes"]
+            except OSError:
+                nodes = []
+            if ready(nodes):
+                break
+            time.sleep(1)
+        yield lambda endpoint: get_json(f"{api}/{endpoint}", token)
+    finally:
+        dashboard.terminate()
+        dashboard.wait(timeout=15)

@@ -9,14 +9,10 @@ its findings name tray 7's four GPUs, and only those, as fabric_unhealthy.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import pytest
-from loopback_ray import LoopbackCluster, deployed_cluster, get_json
-from ray._common.network_utils import find_free_port
+from loopback_ray import LoopbackCluster, deployed_cluster, standalone_dashboard
 
 from ray_accel.exporter.simulate import load_scenario
 
@@ -40,28 +36,12 @@ def cluster() -> Iterator[tuple[LoopbackCluster, dict[str, int]]]:
 
 def _dashboard_answers(cluster: LoopbackCluster) -> tuple[dict, dict]:
     """`ray-accel dashboard` on the cluster: its heatmap and findings once every tray is in."""
-    port = find_free_port()
-    token = cluster.token.read_text().strip()
-    api = f"http://127.0.0.1:{port}/accelerators/api"
-    dashboard = subprocess.Popen(
-        [sys.executable, "-m", "ray_accel.exporter.cli", "dashboard", "--address",
-         cluster.gcs_address, "--port", str(port), "--refresh", "1"],
-        env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        nodes: dict = {}
-        for _ in range(90):
-            try:
-                nodes = get_json(f"{api}/nodes", token)
-            except OSError:
-                nodes = {}
-            if len(nodes.get("nodes", ())) == len(TRAYS) and all(
-                    n["status"] == "ok" and n["device_count"] == 4 for n in nodes["nodes"]):
-                break
-            time.sleep(1)
-        return get_json(f"{api}/heatmap", token), get_json(f"{api}/findings", token)
-    finally:
-        dashboard.terminate()
-        dashboard.wait(timeout=15)
+    def ready(nodes: list) -> bool:
+        return len(nodes) == len(TRAYS) and all(
+            n["status"] == "ok" and n["device_count"] == 4 for n in nodes)
+
+    with standalone_dashboard(cluster, ready) as get:
+        return get("heatmap"), get("findings")
 
 
 def test_three_trays_of_one_rack_share_a_domain_and_only_tray_7_is_a_finding(cluster):

@@ -9,15 +9,11 @@ module does inside Ray, and its API shows the three kinds of devices side by sid
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from loopback_ray import LoopbackCluster, deployed_cluster, get_json
-from ray._common.network_utils import find_free_port
+from loopback_ray import LoopbackCluster, deployed_cluster, standalone_dashboard
 
 SCENARIOS = ("hgx-h200", "tpu-v5e-8", "trn1-32xl")
 
@@ -31,28 +27,12 @@ def cluster() -> Iterator[tuple[LoopbackCluster, dict[str, str]]]:
 
 def _api_answers(cluster: LoopbackCluster) -> tuple[dict, dict, dict]:
     """`ray-accel dashboard` on the cluster: its summary, nodes and heatmap once all are in."""
-    port = find_free_port()
-    token = cluster.token.read_text().strip()
-    api = f"http://127.0.0.1:{port}/accelerators/api"
-    dashboard = subprocess.Popen(
-        [sys.executable, "-m", "ray_accel.exporter.cli", "dashboard", "--address",
-         cluster.gcs_address, "--port", str(port), "--refresh", "1"],
-        env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        nodes: dict = {}
-        for _ in range(90):
-            try:
-                nodes = get_json(f"{api}/nodes", token)
-            except OSError:
-                nodes = {}
-            if len(nodes.get("nodes", ())) == len(SCENARIOS) and all(
-                    n["status"] == "ok" and n["device_count"] for n in nodes["nodes"]):
-                break
-            time.sleep(1)
-        return get_json(f"{api}/summary", token), nodes, get_json(f"{api}/heatmap", token)
-    finally:
-        dashboard.terminate()
-        dashboard.wait(timeout=15)
+    def ready(nodes: list) -> bool:
+        return len(nodes) == len(SCENARIOS) and all(
+            n["status"] == "ok" and n["device_count"] for n in nodes)
+
+    with standalone_dashboard(cluster, ready) as get:
+        return get("summary"), get("nodes"), get("heatmap")
 
 
 def test_gpu_tpu_and_neuron_nodes_in_one_view(cluster):
