@@ -478,9 +478,10 @@ CATALOG: tuple[MetricSpec, ...] = (
     _info(AGENT_INFO, "The agent's version and settings.",
           "version", "interval_seconds", "scenario", scope=Scope.AGENT),
     _info(NODE_PLACEMENT,
-          "Where the node sits: cloud zone and region, rack, TPU slice and NVLink domain, from "
-          "Ray node labels, the environment and the devices (NVLink fabric, TPU slice name).",
-          "zone", "region", "rack", "slice", "nvlink_domain", scope=Scope.AGENT),
+          "Where the node sits: cloud zone and region, rack, TPU slice, NVLink domain and node "
+          "pool (Ray's ray.io/node-group, or the cloud's node pool label), from Ray node labels, "
+          "the environment and the devices (NVLink fabric, TPU slice name).",
+          "zone", "region", "rack", "slice", "nvlink_domain", "node_pool", scope=Scope.AGENT),
     _gauge(ATTRIBUTION_UP, "",
            "1 when the given Ray source (discovery, raylet, state_api) answered the last "
            "attribution refresh, else 0; while 0, series lack the labels it provides.",

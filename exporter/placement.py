@@ -1,4 +1,4 @@
-"""Where a node sits: zone, region, rack, slice and NVLink domain.
+"""Where a node sits: zone, region, rack, slice, NVLink domain and node pool.
 
 Taken, first found wins, from the Ray node's labels (Ray's own `ray.io/*` keys,
 then plain keys users give with `ray start --labels`, then Kubernetes'
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from .model import Device
 
-PLACEMENT_KEYS = ("zone", "region", "rack", "slice", "nvlink_domain")
+PLACEMENT_KEYS = ("zone", "region", "rack", "slice", "nvlink_domain", "node_pool")
 
 _LABEL_KEYS: dict[str, tuple[str, ...]] = {
     "zone": ("ray.io/availability-zone", "zone", "topology.kubernetes.io/zone"),
@@ -22,6 +22,10 @@ _LABEL_KEYS: dict[str, tuple[str, ...]] = {
     "rack": ("ray.io/rack", "rack", "topology.kubernetes.io/rack"),
     "slice": ("ray.io/tpu-slice-name", "slice"),
     "nvlink_domain": ("ray.io/nvlink-domain", "nvlink_domain", "nvlink-domain"),
+    # Ray's worker group (KubeRay's group name), then the clouds' node pool labels
+    "node_pool": ("ray.io/node-group", "node_pool", "node-pool",
+                  "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
+                  "karpenter.sh/nodepool", "kubernetes.azure.com/agentpool"),
 }
 _ENVIRONMENT_KEYS: dict[str, tuple[str, ...]] = {
     "zone": ("RAY_NODE_ZONE", "RAY_ACCEL_ZONE"),
@@ -29,6 +33,7 @@ _ENVIRONMENT_KEYS: dict[str, tuple[str, ...]] = {
     "rack": ("RAY_ACCEL_RACK",),
     "slice": ("RAY_ACCEL_SLICE",),
     "nvlink_domain": ("RAY_ACCEL_NVLINK_DOMAIN",),
+    "node_pool": ("RAY_NODE_TYPE_NAME", "RAY_ACCEL_NODE_POOL"),
 }
 
 # placement key -> the device fact that tells it, when no label or variable does

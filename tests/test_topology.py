@@ -197,8 +197,17 @@ def test_placement_prefers_ray_labels_then_environment_then_fabric():
     placement = node_placement(labels, gpus, environ={"RAY_NODE_REGION": "us-central1",
                                                       "RAY_NODE_ZONE": "ignored"})
     assert placement == {"zone": "us-central1-a", "region": "us-central1", "rack": "r12",
-                         "slice": "", "nvlink_domain": "c1/1"}
+                         "slice": "", "nvlink_domain": "c1/1", "node_pool": ""}
     assert node_placement({}, [], environ={})["nvlink_domain"] == ""
+
+
+def test_node_pool_from_rays_node_group_then_the_clouds_label_then_the_environment():
+    assert node_placement({"ray.io/node-group": "h200-workers",
+                           "cloud.google.com/gke-nodepool": "pool-a"}, [],
+                          environ={})["node_pool"] == "h200-workers"
+    assert node_placement({"karpenter.sh/nodepool": "gpu"}, [], environ={})["node_pool"] == "gpu"
+    assert node_placement({}, [], environ={"RAY_NODE_TYPE_NAME": "gpu-group"})[
+        "node_pool"] == "gpu-group"
 
 
 def test_tpu_chips_name_the_slice_when_no_label_or_variable_does():
