@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..exporter import catalog as m
-from .reduce import HARMFUL_THROTTLE_REASONS
+from ..exporter.node_view import HARMFUL_THROTTLE_REASONS
 
 # Device health, worst first.
 DOWN, STALE, WARNING, OK = "down", "stale", "warning", "ok"

@@ -20,12 +20,13 @@ from typing import Any
 from aiohttp import web
 
 from ..exporter.model import Device, Peer
+from ..exporter.node_view import SummaryDevice
 from ..exporter.serving import json_error
 from ..exporter.topology import matrix
 from .aggregate import FINDING_KINDS, SEVERITIES, ClusterView, heatmap_body, node_brief
 from .collector import Collector
+from .heatmap_columns import columns_body
 from .node_detail import Detail
-from .reduce import SummaryDevice
 
 PREFIX = "/accelerators"
 API = "api/"
@@ -197,9 +198,11 @@ class AcceleratorsApi:
         return self._memo("summary", make)
 
     def heatmap(self, request: web.Request) -> web.Response:
-        _params(request, frozenset())
+        params = _params(request, frozenset({"form"}))
+        form = _choice(params, "form", ("nodes", "columns")) or "nodes"
         view = self._view()
-        return web.Response(body=heatmap_body(view), content_type="application/json",
+        body = columns_body(view) if form == "columns" else heatmap_body(view)
+        return web.Response(body=body, content_type="application/json",
                             headers={"Cache-Control": "no-store"})
 
     def nodes(self, request: web.Request) -> web.Response:

@@ -30,6 +30,7 @@ import aiohttp
 
 from ..exporter.agent_client import client_ssl_context, client_token
 from ..exporter.background import BackgroundTask
+from ..exporter.node_view import TAKEN_AT_HEADER, NotASnapshot, reduce_snapshot, reduce_summary
 from ..exporter.web_auth import auth_headers
 from .aggregate import (
     ClusterView,
@@ -42,7 +43,6 @@ from .aggregate import (
 )
 from .history import History
 from .node_detail import NodeDetails
-from .reduce import TAKEN_AT_HEADER, NotASnapshot, reduce_snapshot, reduce_summary
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from aiohttp import web
 
+from ..exporter.node_view import TAKEN_AT_HEADER
 from ..exporter.sinks.summary import content_version, encode, summary_document
 from .collector import AgentTarget
-from .reduce import TAKEN_AT_HEADER
 
 
 def _hex(seed: str, length: int) -> str:

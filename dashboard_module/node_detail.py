@@ -15,8 +15,8 @@ from typing import Any
 
 import aiohttp
 
+from ..exporter.node_view import NotASnapshot
 from .aggregate import NodeState
-from .reduce import NotASnapshot
 
 DETAIL_TTL_S = 2.0
 DETAIL_MAX_IN_FLIGHT = 8

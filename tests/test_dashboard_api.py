@@ -23,8 +23,8 @@ from ray_accel.dashboard_module.aggregate import NodeState, build_view
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import AgentTarget, Collector
 from ray_accel.dashboard_module.fleet import Fleet, FleetServer, node_id
-from ray_accel.dashboard_module.reduce import reduce_snapshot
 from ray_accel.dashboard_module.standalone import COOKIE, build_app
+from ray_accel.exporter.node_view import reduce_snapshot
 
 TOKEN = "s3cret-token"
 JOB = "02000000"

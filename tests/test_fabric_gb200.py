@@ -20,7 +20,7 @@ from agent_process import AgentProcess
 from prometheus_server import PROMETHEUS, PrometheusServer
 
 from ray_accel.dashboard_module.aggregate import NodeState, build_view
-from ray_accel.dashboard_module.reduce import reduce_snapshot
+from ray_accel.exporter.node_view import reduce_snapshot
 from ray_accel.exporter.simulate import load_scenario
 from ray_accel.grafana.alerts import rules_file
 from ray_accel.grafana.alerts.config import AlertConfig

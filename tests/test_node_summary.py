@@ -19,14 +19,14 @@ from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import SUMMARY_RETRY_ROUNDS, AgentTarget, Collector
 from ray_accel.dashboard_module.fleet import Fleet, FleetServer, node_id
 from ray_accel.dashboard_module.node_detail import NodeDetails
-from ray_accel.dashboard_module.reduce import (
+from ray_accel.dashboard_module.standalone import build_app
+from ray_accel.exporter.node_view import (
     CYCLE_HEADER,
     TAKEN_AT_HEADER,
     NotASnapshot,
     reduce_snapshot,
     reduce_summary,
 )
-from ray_accel.dashboard_module.standalone import build_app
 from ray_accel.exporter.sinks.summary import encode, summary_document
 
 # How far a summary's rounding may move a value the views show (exporter/sinks/summary.py

@@ -3,8 +3,8 @@ as Ray shows it, and the hung-collective verdict; absent stays absent."""
 
 from __future__ import annotations
 
-from ray_accel.dashboard_module.reduce import reduce_snapshot
 from ray_accel.exporter import catalog as m
+from ray_accel.exporter.node_view import reduce_snapshot
 
 
 def _entry(value: float, **labels: str) -> dict:

@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ...dashboard_module.reduce import CYCLE_HEADER, SUMMARY_KIND, TAKEN_AT_HEADER, reduce_snapshot
 from ..model import NodeSnapshot
+from ..node_view import CYCLE_HEADER, SUMMARY_KIND, TAKEN_AT_HEADER, reduce_snapshot
 from .json import snapshot_document
 
 SUMMARY_SCHEMA_VERSION = 1

@@ -1,0 +1,279 @@
+"""Turns one agent's snapshot document into the compact per-node view.
+
+The agent serves this view as its summary (`sinks/summary.py`) and the head's
+collector keeps it for every node, so both reduce a snapshot the same way.
+
+An agent's `/api/v1/snapshot` carries every reading with its labels (about
+100 KB for an 8-GPU node). The head keeps only what its views show, with plain
+field names and base units, so a thousand nodes fit in memory and every view
+is a cheap walk over small dicts. A value the device did not report stays
+None (shown as absent, never as zero).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from . import catalog as m
+from .attribution.join import WHOLE
+
+# Throttle reasons that mean trouble (slowdowns), as opposed to idle or app clocks.
+HARMFUL_THROTTLE_REASONS = frozenset({
+    "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown",
+})
+
+
+def value(values: Mapping[str, list[dict[str, Any]]], metric: str,
+          **labels: str) -> float | None:
+    """The value of `metric` whose labels include `labels`, or None."""
+    for entry in values.get(metric) or ():
+        entry_labels = entry.get("labels") or {}
+        if all(entry_labels.get(k) == v for k, v in labels.items()):
+            return _number(entry.get("value"))
+    return None
+
+
+def _number(number: Any) -> float | None:
+    if isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number):
+        return float(number)
+    return None
+
+
+def _flag(flag: Any) -> bool | None:
+    return flag if isinstance(flag, bool) else None
+
+
+def by_label(values: Mapping[str, list[dict[str, Any]]], metric: str,
+             label: str) -> dict[str, float]:
+    """label value -> value, for every entry of `metric`."""
+    found = {}
+    for entry in values.get(metric) or ():
+        key = (entry.get("labels") or {}).get(label)
+        number = _number(entry.get("value"))
+        if key is not None and number is not None:
+            found[str(key)] = number
+    return found
+
+
+def _identity(doc: Mapping[str, Any]) -> dict[str, Any]:
+    found = {key: doc.get(key, "") for key in m.RAY_LABELS}
+    found["pid"] = int(doc.get("pid") or 0)
+    return found
+
+
+def _holder(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A Ray worker holding the device: its share, and the agent's verdict on its use
+    (`idle_rule`: which signal judged it; `shared`: it holds a fraction of the device)."""
+    fraction = float(doc.get("fraction") or 0.0)
+    return {**_identity(doc), "fraction": fraction, "idle": bool(doc.get("idle")),
+            "spinning": bool(doc.get("spinning")), "idle_rule": str(doc.get("idle_rule", "")),
+            "shared": bool(doc.get("shared", fraction < WHOLE))}
+
+
+def _link(doc: Mapping[str, Any]) -> dict[str, Any]:
+    values = doc.get("values") or {}
+    facts = doc.get("facts") or {}
+    rates = doc.get("rates_bytes_per_s") or {}
+    up = value(values, m.LINK_UP)
+    errors = by_label(values, m.LINK_ERRORS, "error_type")
+    return {
+        "link_type": str(doc.get("link_type", "")),
+        "index": int(doc.get("index") or 0),
+        "up": None if up is None else up >= 1,
+        "transmit_bytes_per_s": _number(rates.get("transmit")),
+        "receive_bytes_per_s": _number(rates.get("receive")),
+        "version": facts.get("version", ""),
+        "remote_type": facts.get("remote_type", ""),
+        "peer_uuid": facts.get("peer_uuid", ""),
+        "errors": sum(errors.values()) if errors else None,
+    }
+
+
+def _process(doc: Mapping[str, Any]) -> dict[str, Any]:
+    values = doc.get("values") or {}
+    return {
+        **_identity(doc),
+        "memory_bytes": value(values, m.PROCESS_MEMORY_USAGE),
+        "sm_utilization": value(values, m.PROCESS_UTILIZATION, engine="sm"),
+    }
+
+
+def _fabric(values: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The GPU's NVLink fabric (codes, names, issues in trouble); None without a fabric."""
+    state = value(values, m.FABRIC_STATE)
+    if state is None:
+        return None
+    names = next(((entry.get("labels") or {}) for entry in values.get(m.FABRIC_INFO) or ()), {})
+    issues = by_label(values, m.FABRIC_HEALTH_ISSUE, "field")
+    return {
+        "state": state,
+        "status": value(values, m.FABRIC_STATUS),
+        "health_summary": value(values, m.FABRIC_HEALTH_SUMMARY),
+        "issues": sorted(field for field, flag in issues.items() if flag >= 1),
+        **{f"{key}_name": str(names.get(key, "")) for key in ("state", "status", "health_summary")},
+        "incorrect_configuration": str(names.get("incorrect_configuration", "")),
+        "cluster_uuid": str(names.get("cluster_uuid", "")),
+        "clique_id": str(names.get("clique_id", "")),
+    }
+
+
+def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
+    values = doc.get("values") or {}
+    facts = doc.get("facts") or {}
+    throttle = by_label(values, m.THROTTLE_ACTIVE, "reason")
+    errors = by_label(values, m.HW_ERRORS, "error_type")
+    xid = by_label(values, m.XID_ERRORS, "xid")
+    holders = [_holder(h) for h in doc.get("holders") or ()]
+    return {
+        "uuid": str(doc.get("uuid", "")),
+        "index": str(doc.get("index", "")),
+        "vendor": str(doc.get("vendor", "")),
+        "model": str(doc.get("model", "")),
+        "pci_bus_id": str(doc.get("pci_bus_id", "")),
+        "parent_uuid": str(doc.get("parent_uuid", "")),
+        "up": bool(doc.get("up")),
+        "stale": bool(doc.get("stale")),
+        "age_s": _number(doc.get("age_s")),
+        "facts": {str(k): str(v) for k, v in (doc.get("facts") or {}).items()},
+        "nvlink_domain": str(facts.get("nvlink_domain", "")),
+        "peers": [{"uuid": p.get("uuid", ""), "index": str(p.get("index", "")),
+                   "connection": p.get("connection", ""), "p2p": p.get("p2p", "")}
+                  for p in doc.get("peers") or ()],
+        "utilization": value(values, m.GPU_UTILIZATION, task="general"),
+        "memory_bandwidth_utilization": value(values, m.MEMORY_BANDWIDTH_UTILIZATION),
+        "activity": by_label(values, m.ACTIVITY, "engine"),
+        "pipe_activity": by_label(values, m.PIPE_ACTIVITY, "pipe"),
+        "memory_used_bytes": value(values, m.MEMORY_USAGE),
+        "memory_reserved_bytes": value(values, m.MEMORY_RESERVED),
+        "spinning": value(values, m.DEVICE_SPINNING),
+        # busy with flat interconnect counters and no real compute for the window
+        "collective_suspected_stall": _flag(doc.get("collective_suspected_stall")),
+        "memory_total_bytes": value(values, m.MEMORY_LIMIT),
+        "power_watts": value(values, m.POWER),
+        "power_limit_watts": value(values, m.POWER_LIMIT),
+        "temperature_celsius": value(values, m.TEMPERATURE, sensor="gpu"),
+        "sm_clock_hz": value(values, m.CLOCK_FREQUENCY, clock="sm"),
+        "sm_clock_max_hz": value(values, m.CLOCK_MAX_FREQUENCY, clock="sm"),
+        "throttle_reasons": sorted(r for r, v in throttle.items() if v >= 1),
+        "pcie": {
+            "generation": value(values, m.PCIE_GENERATION, state="current"),
+            "generation_max": value(values, m.PCIE_GENERATION, state="max"),
+            "width": value(values, m.PCIE_WIDTH, state="current"),
+            "width_max": value(values, m.PCIE_WIDTH, state="max"),
+        },
+        "ecc_corrected": errors.get("ecc_corrected"),
+        "ecc_uncorrected": errors.get("ecc_uncorrected"),
+        "pcie_replays": errors.get("pcie_replay"),
+        "row_remap_pending": value(values, m.ROW_REMAP_PENDING),
+        "row_remap_failure": value(values, m.ROW_REMAP_FAILURE),
+        "xid_errors": {code: count for code, count in xid.items() if count > 0},
+        "fabric": _fabric(values),
+        "links": [_link(link) for link in doc.get("links") or ()],
+        "processes": [_process(p) for p in doc.get("processes") or ()],
+        "allocated": doc.get("allocated"),
+        "holders": holders,
+        "errors": {str(k): str(v) for k, v in (doc.get("errors") or {}).items()},
+    }
+
+
+class NotASnapshot(ValueError):
+    """The agent answered with something that is not a snapshot document."""
+
+
+def reduce_snapshot(doc: Any) -> dict[str, Any]:
+    """The compact node document kept by the aggregator; `NotASnapshot` if `doc` is not one."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("devices"), list):
+        raise NotASnapshot("the agent's answer has no device list")
+    try:
+        node_labels = doc.get("node") or {}
+        attribution = doc.get("attribution") or {}
+        return {
+            "node_id": str(attribution.get("node_id") or node_labels.get("ray_node_id") or ""),
+            "taken_at": float(doc.get("taken_at") or 0.0),
+            "interval_s": float(doc.get("interval_s") or 0.0),
+            "cycle": int(doc.get("cycle") or 0),
+            "labels": {str(k): str(v) for k, v in node_labels.items()},
+            "placement": {str(k): str(v) for k, v in (doc.get("placement") or {}).items()},
+            "agent": {str(k): str(v) for k, v in (doc.get("agent") or {}).items()},
+            "backends": [{"name": b.get("name", ""), "vendor": b.get("vendor", ""),
+                          "up": bool(b.get("up")), "device_count": b.get("device_count", 0),
+                          "message": b.get("message", "")}
+                         for b in doc.get("backends") or ()],
+            "attribution": {
+                "age_s": attribution.get("age_s"),
+                "sources": list(attribution.get("sources") or ()),
+                "knows_allocations": any("holders" in d for d in doc["devices"]),
+            },
+            "devices": [_device(d) for d in doc["devices"]],
+        }
+    except (AttributeError, TypeError, ValueError) as error:
+        raise NotASnapshot(f"malformed snapshot: {error}") from error
+
+
+SUMMARY_KIND = "ray-accel.node-summary"
+# The summary's response headers carrying what changes every cycle (not in its body).
+TAKEN_AT_HEADER = "X-Ray-Accel-Taken-At"
+CYCLE_HEADER = "X-Ray-Accel-Cycle"
+
+
+def reduce_summary(doc: Any) -> dict[str, Any]:
+    """The node document kept by the aggregator, from an agent's `/api/v1/summary`.
+
+    The summary carries only the fields the cluster views read (and omits empty
+    ones); every other field of `reduce_snapshot()`'s form gets its empty default,
+    so the aggregator walks both forms alike. `taken_at` comes from the response's
+    header, not from the body. `NotASnapshot` if `doc` is not a summary.
+    """
+    if not isinstance(doc, dict) or doc.get("kind") != SUMMARY_KIND \
+            or not isinstance(doc.get("devices"), list):
+        raise NotASnapshot("the agent's answer is not a node summary")
+    try:
+        devices = []
+        for device in doc["devices"]:
+            found = SummaryDevice({sys.intern(k): _shared(v) for k, v in device.items()
+                                   if k in _SUMMARY_DEFAULTS})
+            found["holders"] = [_holder(h) for h in device.get("holders") or ()]
+            found["processes"] = [{**_identity(p), "memory_bytes": _number(p.get("memory_bytes")),
+                                   "sm_utilization": _number(p.get("sm_utilization"))}
+                                  for p in device.get("processes") or ()]
+            found["links"] = [{**_link({}), **link} for link in device.get("links") or ()]
+            devices.append(found)
+        return {
+            "node_id": str(doc.get("node_id") or ""),
+            "taken_at": 0.0,
+            "interval_s": float(doc.get("interval_s") or 0.0),
+            "cycle": 0,
+            "labels": {}, "agent": {}, "backends": [],
+            "placement": {str(k): str(v) for k, v in (doc.get("placement") or {}).items()},
+            "attribution": {"age_s": None, "sources": [],
+                            "knows_allocations": bool(doc.get("knows_allocations"))},
+            "devices": devices,
+        }
+    except (AttributeError, TypeError, ValueError) as error:
+        raise NotASnapshot(f"malformed summary: {error}") from error
+
+
+# The empty defaults of every summary device's absent fields: one shared set of empty
+# values (the aggregator only reads device documents), so 80,000 devices do not each
+# hold their own empty dicts and lists, nor a slot for each absent field.
+_SUMMARY_DEFAULTS = _device({})
+
+
+class SummaryDevice(dict):
+    """A device from a summary: its absent fields read as `reduce_snapshot()`'s empty
+    defaults (`device["links"]` is `[]`), without storing them."""
+
+    def __missing__(self, key: str) -> Any:
+        return _SUMMARY_DEFAULTS[key]
+
+    def complete(self) -> dict[str, Any]:
+        """Every field, the absent ones with their defaults (for answers that list them)."""
+        return {**_SUMMARY_DEFAULTS, **self}
+
+
+def _shared(item: Any) -> Any:
+    """Short strings (vendor, model, index, state names) as one shared object each."""
+    return sys.intern(item) if isinstance(item, str) and len(item) <= 32 else item
