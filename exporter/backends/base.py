@@ -7,13 +7,19 @@ import glob
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ..model import Device, DeviceSample, Link, ProcessSample, Reading
+from .calls import CallErrors, DeviceDown, ErrorTally
+
+__all__ = [  # the call wrapper's names are imported from here too
+    "Backend", "BackendAbsent", "BackendUnavailable", "CallErrors", "DeviceDown",
+    "DeviceReads", "ErrorTally", "HandleBackend", "HandleDevice", "Undiscovered",
+    "open_in_turn", "read_timed", "sample_through_handle", "unavailable",
+]
 
 T = TypeVar("T")
 
@@ -55,37 +61,6 @@ class Undiscovered:
     """
 
     placeholder: Device
-
-
-class DeviceDown(Exception):
-    """The device stopped answering: nothing more can be read from it this cycle."""
-
-    def __init__(self, function: str, kind: str) -> None:
-        super().__init__(f"{function}: {kind}")
-        self.function = function
-        self.kind = kind
-
-
-class CallErrors:
-    """What one device's vendor calls failed with: for good (never asked again) or this cycle.
-
-    The per-device call wrappers of the backends build on it; one thread at a
-    time uses an instance.
-    """
-
-    def __init__(self, tally: ErrorTally) -> None:
-        self._tally = tally
-        self._unsupported: dict[str, str] = {}
-        self.cycle_errors: dict[str, str] = {}
-
-    def begin_cycle(self) -> None:
-        """Start a new sampling cycle with no errors recorded."""
-        self.cycle_errors = {}
-
-    @property
-    def unsupported(self) -> dict[str, str]:
-        """Calls this device never answers, with the reason."""
-        return dict(self._unsupported)
 
 
 @dataclass(frozen=True)
@@ -141,24 +116,6 @@ def sample_through_handle(
         errors={**calls.unsupported, **calls.cycle_errors},
         processes_listed=reads.processes_listed,
     )
-
-
-class ErrorTally:
-    """Thread-safe counts of failed vendor calls, by error kind and function."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, str]] = Counter()
-
-    def count(self, kind: str, function: str) -> None:
-        """Record one failed call of `function` that failed with `kind`."""
-        with self._lock:
-            self._counts[(kind, function)] += 1
-
-    def snapshot(self) -> dict[tuple[str, str], int]:
-        """A copy of the counts, keyed by (kind, function)."""
-        with self._lock:
-            return dict(self._counts)
 
 
 class Backend(abc.ABC):

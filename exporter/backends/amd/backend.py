@@ -26,6 +26,7 @@ from ..base import (
     Undiscovered,
     unavailable,
 )
+from ..calls import text
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind, number
 from .interconnect import bus_key, read_xgmi
 from .joining import GpuTopology
@@ -46,7 +47,7 @@ def _describe(error: BaseException) -> str:
 
 
 def _text(value: Any) -> str:
-    return "" if value is None or value == _NA else str(value)
+    return text(value, absent=(_NA,))
 
 
 @dataclass

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ... import catalog as m
-from ...model import Reading, labels_of
+from ...model import Reading
+from ..calls import reading
 from .calls import DeviceCalls, field, number
 
 MIB = 1024 * 1024
@@ -35,11 +36,6 @@ TEMPERATURE_SENSORS: tuple[tuple[str, str], ...] = (
     ("edge", "EDGE"), ("hotspot", "HOTSPOT"), ("memory", "VRAM"))
 # clock label -> AmdSmiClkType member: GFX is the compute clock (NVIDIA's SM clock)
 CLOCK_DOMAINS: tuple[tuple[str, str], ...] = (("sm", "GFX"), ("memory", "MEM"))
-
-
-def reading(metric: str, value: float, **labels: str) -> Reading:
-    """A reading of a catalog metric."""
-    return Reading(metric, float(value), labels_of(labels))
 
 
 def percent(value: Any) -> float | None:

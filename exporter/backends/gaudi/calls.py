@@ -1,12 +1,13 @@
-"""Every pyhlml call goes through here once: errors are classified and scoped.
+"""pyhlml's side of the vendor call wrapper (exporter/backends/calls.py): how its errors scope.
 
 - NOT_SUPPORTED, INVALID_ARGUMENT (what pyhlml raises when the installed
-  libhlml lacks the function), or a function this pyhlml release lacks: the
-  value is absent; the call is not made again for that device.
+  libhlml lacks the function), or a function this pyhlml release lacks:
+  permanent, the value is absent and the call is not made again for that device.
 - AIP_IS_LOST / DRIVER_NOT_LOADED / UNINITIALIZED / UNKNOWN: the device stopped
   answering; it is down for this cycle (`DeviceDown`).
 - Anything else (TIMEOUT, NO_DATA, MEMORY, NOT_FOUND, ...): absent for this cycle.
-- A failure of pyhlml's Python layer (a ctypes conversion, say): absent, not asked again.
+- A failure of pyhlml's Python layer (a ctypes conversion, say): permanent, of
+  kind ``wrapper_<type>``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..base import CallErrors, DeviceDown, ErrorTally
+from ..calls import FUNCTION_NOT_FOUND, DeviceDown, ErrorTally, Failure, ModuleCalls, number, text
 from .status import HLML_RETURN, status_kind
 
+__all__ = ["BACKEND_NAME", "FUNCTION_NOT_FOUND", "DeviceCalls", "DeviceDown", "error_kind",
+           "number", "text"]
+
 BACKEND_NAME = "gaudi"
-FUNCTION_NOT_FOUND = "function_not_found"
 
 _PERMANENT = frozenset(HLML_RETURN[n] for n in ("NOT_SUPPORTED", "INVALID_ARGUMENT"))
 _DEVICE_DOWN = frozenset(HLML_RETURN[n] for n in (
@@ -30,7 +33,7 @@ def error_kind(error: BaseException) -> str:
     return status_kind(getattr(error, "value", None))
 
 
-class DeviceCalls(CallErrors):
+class DeviceCalls(ModuleCalls):
     """pyhlml calls for one device, remembering which functions it does not support.
 
     Instances live as long as the device; `begin_cycle()` clears the previous
@@ -38,53 +41,13 @@ class DeviceCalls(CallErrors):
     """
 
     def __init__(self, library: ModuleType, tally: ErrorTally) -> None:
-        self.library = library
-        super().__init__(tally)
+        super().__init__(library, tally)
+        self.vendor_error = library.HLMLError
 
-    def call(self, function: str, *args: Any, key: str = "") -> Any | None:
-        """Call ``pyhlml.<function>(*args)``; return its answer, or None when it is absent.
+    def error_code(self, error: BaseException) -> Any:
+        return getattr(error, "value", None)
 
-        `key` distinguishes calls of one function with different arguments
-        (the temperature sensor, the clock, the NIC port) in the memory of
-        unsupported functions.
-        """
-        name = function + (f"[{key}]" if key else "")
-        if name in self._unsupported:
-            return None
-        fn = getattr(self.library, function, None)
-        if fn is None:
-            self._unsupported[name] = FUNCTION_NOT_FOUND
-            self._tally.count(FUNCTION_NOT_FOUND, function)
-            return None
-        try:
-            return fn(*args)
-        except self.library.HLMLError as error:
-            kind = error_kind(error)
-            code = getattr(error, "value", None)
-            self._tally.count(kind, function)
-            if code in _DEVICE_DOWN:
-                raise DeviceDown(name, kind) from None
-            if code in _PERMANENT:
-                self._unsupported[name] = kind
-            self.cycle_errors[name] = kind
-            return None
-        except Exception as error:  # the binding's Python code
-            kind = f"wrapper_{type(error).__name__.lower()}"
-            self._tally.count(kind, function)
-            self._unsupported[name] = kind
-            self.cycle_errors[name] = kind
-            return None
-
-
-def text(value: Any) -> str:
-    """A pyhlml string answer (bytes) as text; "" when absent."""
-    if isinstance(value, bytes):
-        return value.decode(errors="replace").strip("\0 ")
-    return "" if value is None else str(value)
-
-
-def number(value: Any) -> float | None:
-    """A numeric pyhlml answer, or None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+    def failure(self, error: BaseException) -> Failure:
+        code = self.error_code(error)
+        return Failure(error_kind(error), permanent=code in _PERMANENT,
+                       device_down=code in _DEVICE_DOWN)

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ... import catalog as m
-from ...model import Reading, labels_of
+from ...model import Reading
+from ..calls import reading
 from .calls import DeviceCalls, number
 
 MHZ = 1_000_000
@@ -33,11 +34,6 @@ ROW_CAUSES: tuple[tuple[str, int], ...] = (("correctable", 0), ("uncorrectable",
 PCIE_DIRECTIONS: tuple[tuple[str, int], ...] = (("transmit", 0), ("receive", 1))
 
 Probe = Callable[[DeviceCalls, Any], Iterable[Reading]]
-
-
-def reading(metric: str, value: float, **labels: str) -> Reading:
-    """A reading of a catalog metric."""
-    return Reading(metric, float(value), labels_of(labels))
 
 
 def _percent(value: Any) -> float | None:

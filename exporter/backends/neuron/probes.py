@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from ... import catalog as m
-from ...model import ProcessSample, Reading, labels_of
+from ...model import ProcessSample, Reading
+from ..calls import reading
 from .report import ReportView, Runtime
 
 # neuron_hw_counters field -> hw.errors error_type (DRAM ECC keeps the shared names)
@@ -21,11 +22,6 @@ ECC_ERROR_TYPES = (("mem_ecc_corrected", "ecc_corrected"),
                    ("mem_ecc_uncorrected", "ecc_uncorrected"),
                    ("sram_ecc_corrected", "sram_ecc_corrected"),
                    ("sram_ecc_uncorrected", "sram_ecc_uncorrected"))
-
-
-def reading(metric: str, value: float, **labels: str) -> Reading:
-    """A reading of a catalog metric."""
-    return Reading(metric, float(value), labels_of(labels))
 
 
 def chip_readings(view: ReportView, device: int, cores: Sequence[int],

@@ -25,10 +25,12 @@ from ..base import (
     Undiscovered,
     unavailable,
 )
+from ..calls import text
+from .cadence import DEFAULT_INTERVAL_S, SlowReads, phase_of
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind
 from .interconnect import LinkLayout, discover_nvlinks, pcie_max_readings, read_links
 from .joining import NodeTopology
-from .probes import DEVICE_PROBES, DeviceState, processes
+from .probes import DEVICE_PROBES, SLOW_PROBES, DeviceState, processes
 from .topology import placement_facts
 from .xid import XidWatcher
 
@@ -41,10 +43,6 @@ _ARCHITECTURES = {
 _ABSENT = frozenset({pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED})
 _DEVICE_NODES = ("/dev/nvidia[0-9]*",)
 _INHERITED = ("numa_node", "cpu_affinity", "nvlink_domain", "nearest_nics")
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 @dataclass
@@ -67,10 +65,15 @@ class NvidiaBackend(HandleBackend[_Tracked]):
     name = BACKEND_NAME
     vendor = "nvidia"
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        """`clock` times the reuse of slow calls' answers (see calls.py)."""
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 slow_read_interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        """`clock` times the reuse of slow calls' answers (see calls.py) and the slow
+        cadence: slow-cadence values are read every `slow_read_interval_s` (cadence.py;
+        0 reads them every cycle). Set `slow_read_interval_s` before opening."""
         super().__init__()
         self._clock = clock
+        self.slow_read_interval_s = slow_read_interval_s
+        self._gpu_count = 0
         self._xid: XidWatcher | None = None
         self._initialised = False
         self._topology = NodeTopology()
@@ -96,6 +99,7 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         except pynvml.NVMLError as error:
             self.close()
             raise BackendUnavailable(f"NVML cannot count the GPUs: {error}") from None
+        self._gpu_count = count
         return [Undiscovered(Device(self.vendor, str(index), f"nvidia-index-{index}", "unknown"))
                 for index in range(count)]
 
@@ -116,6 +120,9 @@ class NvidiaBackend(HandleBackend[_Tracked]):
                 continue
             migs.append(_Tracked(mig, mig_handle, mig_calls))
         self._place(tracked, migs)
+        for each in (tracked, *migs):
+            each.state.slow = SlowReads(self.slow_read_interval_s,
+                                        phase_of(each.device.index, self._gpu_count))
         if self._xid is not None:
             self._xid.watch(tracked.device.uuid, handle)
         self._topology.join(tracked, migs, self._tracked)
@@ -138,10 +145,22 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         readings: list[Reading] = []
         for probe in DEVICE_PROBES:
             readings.extend(probe(calls, handle, state))
+        now = self._clock()
+        slow = state.slow
+        due = slow.due(now)
         links: tuple[Link, ...] = ()
         if tracked.links is not None:
-            links, pcie = read_links(calls, handle, tracked.links)
+            links, pcie = read_links(calls, handle, tracked.links, slow=due)
             readings.extend(pcie)
+        if due:
+            fresh: list[Reading] = []
+            for probe in SLOW_PROBES:
+                fresh.extend(probe(calls, handle, state))
+            slow.done(now, tuple(fresh))
+        readings.extend(slow.readings)
+        age = slow.age(now)
+        if age is not None:
+            readings.append(age)
         procs = processes(calls, handle, state)
         readings.extend(self._xid_readings(tracked.device.uuid))
         return DeviceReads(tuple(readings), links, procs)
@@ -160,7 +179,7 @@ class NvidiaBackend(HandleBackend[_Tracked]):
                         ("nvml_version", pynvml.nvmlSystemGetNVMLVersion),
                         ("cuda_driver_version", pynvml.nvmlSystemGetCudaDriverVersion)):
             try:
-                facts[key] = _text(fn())
+                facts[key] = text(fn())
             except pynvml.NVMLError:
                 continue
         return facts
@@ -189,7 +208,7 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         facts = {"driver_version": self._facts.get("driver_version", "")}
         serial = calls.call(pynvml.nvmlDeviceGetSerial, handle)
         if serial is not None:
-            facts["serial"] = _text(serial)
+            facts["serial"] = text(serial)
         if parent is not None:
             gpu_instance = calls.call(pynvml.nvmlDeviceGetGpuInstanceId, handle)
             compute_instance = calls.call(pynvml.nvmlDeviceGetComputeInstanceId, handle)
@@ -201,12 +220,12 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             if architecture is not None:
                 facts["architecture"] = _ARCHITECTURES.get(architecture, str(architecture))
             pci = calls.call(pynvml.nvmlDeviceGetPciInfo, handle)
-            pci_bus_id = _text(pci.busId) if pci is not None else ""
+            pci_bus_id = text(pci.busId) if pci is not None else ""
         return Device(
             vendor=self.vendor,
             index=index,
-            uuid=_text(uuid) if uuid is not None else f"nvidia-index-{index}",
-            model=_text(name) if name is not None else "unknown",
+            uuid=text(uuid) if uuid is not None else f"nvidia-index-{index}",
+            model=text(name) if name is not None else "unknown",
             pci_bus_id=pci_bus_id,
             parent_uuid=parent.uuid if parent else "",
             facts=facts,

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 
 from ... import catalog as m
-from ...model import Reading, labels_of
+from ...model import Reading
+from ..calls import reading
 from .calls import DeviceCalls, error_kind
 from .fabric_health import (
     INCORRECT_CONFIGURATION,
@@ -56,10 +57,6 @@ def read_fabric(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Any | Non
                      key="v2")
 
 
-def _reading(metric: str, value: float, **labels: str) -> Reading:
-    return Reading(metric, float(value), labels_of(labels))
-
-
 def _name(names: Mapping[str, int], code: int) -> str:
     return next((name for name, value in names.items() if value == code), "not_supported")
 
@@ -69,19 +66,19 @@ def fabric(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Readi
     info = read_fabric(nvml, handle, state)
     if info is None or info.state == STATE_NOT_SUPPORTED or info.state not in STATES.values():
         return
-    yield _reading(m.FABRIC_STATE, info.state)
-    yield _reading(m.FABRIC_STATUS, info.status)
+    yield reading(m.FABRIC_STATE, info.state)
+    yield reading(m.FABRIC_STATUS, info.status)
     summary = getattr(info, "healthSummary", SUMMARY_NOT_SUPPORTED)
     if summary != SUMMARY_NOT_SUPPORTED and summary in SUMMARIES.values():
-        yield _reading(m.FABRIC_HEALTH_SUMMARY, summary)
+        yield reading(m.FABRIC_HEALTH_SUMMARY, summary)
     for field, issue in issues(info.healthMask):
-        yield _reading(m.FABRIC_HEALTH_ISSUE, issue, field=field.issue)
+        yield reading(m.FABRIC_HEALTH_ISSUE, issue, field=field.issue)
     configuration = INCORRECT_CONFIGURATION.code(info.healthMask)
-    yield _reading(m.FABRIC_INFO, 1, cluster_uuid=uuid_text(bytes(info.clusterUuid)),
-                   clique_id=str(info.cliqueId), state=_name(STATES, info.state),
-                   status=error_kind(pynvml.NVMLError(info.status)) if info.status else "success",
-                   health_summary=_name(SUMMARIES, summary),
-                   incorrect_configuration=_name(INCORRECT_CONFIGURATION.values, configuration))
+    yield reading(m.FABRIC_INFO, 1, cluster_uuid=uuid_text(bytes(info.clusterUuid)),
+                  clique_id=str(info.cliqueId), state=_name(STATES, info.state),
+                  status=error_kind(pynvml.NVMLError(info.status)) if info.status else "success",
+                  health_summary=_name(SUMMARIES, summary),
+                  incorrect_configuration=_name(INCORRECT_CONFIGURATION.values, configuration))
 
 
 def uuid_text(raw: bytes) -> str:

@@ -1,10 +1,13 @@
 """NVLink and PCIe links of an NVIDIA GPU: what they connect to, and their counters.
 
 What a link connects to is read once, when the device is discovered. Each
-cycle then reads every link counter of the device in one
-`nvmlDeviceGetFieldValues` call (each value carries its own status, so an
-unsupported counter costs only itself), plus the link states and the current
-PCIe link generation and width.
+cycle then reads the device's link counters in one `nvmlDeviceGetFieldValues`
+call (each value carries its own status, so an unsupported counter costs only
+itself), plus the current PCIe link generation and width. The byte counters
+are in every cycle's call (link rates and the collective-stall detector need
+them; the 32-bit PCIe counters would also wrap unseen if read less often); the
+NVLink error counters join the call, and the link states are read, on the
+device's slow cadence (cadence.py), and are exported as last read in between.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import Any
 import pynvml
 
 from ... import catalog as m
-from ...model import Link, Reading
+from ...model import Labels, Link, Reading
 from ..base import read_timed
+from ..calls import text
 from .calls import DeviceCalls
 from .probes import reading
 
@@ -32,18 +36,22 @@ _REMOTE_TYPES = {
     pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU: "ibmnpu",
     pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch",
 }
-# Per-link (scoped) counters: field id -> (metric, labels, scale to base units)
-_NVLINK_FIELDS: tuple[tuple[int, str, dict[str, str], int], ...] = (
-    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, m.LINK_IO, {"direction": "transmit"}, KIB),
-    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, m.LINK_IO, {"direction": "receive"}, KIB),
-    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, m.LINK_ERRORS, {"error_type": "crc"}, 1),
-    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, m.LINK_ERRORS, {"error_type": "replay"}, 1),
-    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, m.LINK_ERRORS, {"error_type": "recovery"}, 1),
+# Per-link (scoped) counters: field id -> (metric, labels, scale to base units); the
+# metric's catalog cadence says whether a field is in every cycle's call or the slow one's.
+_NVLINK_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
+    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, m.LINK_IO, (("direction", "transmit"),), KIB),
+    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, m.LINK_IO, (("direction", "receive"),), KIB),
+    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, m.LINK_ERRORS, (("error_type", "crc"),), 1),
+    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, m.LINK_ERRORS, (("error_type", "replay"),), 1),
+    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, m.LINK_ERRORS, (("error_type", "recovery"),),
+     1),
 )
-_PCIE_FIELDS: tuple[tuple[int, str, dict[str, str], int], ...] = (
-    (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, m.LINK_IO, {"direction": "transmit"}, 1),
-    (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, m.LINK_IO, {"direction": "receive"}, 1),
+_PCIE_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
+    (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, m.LINK_IO, (("direction", "transmit"),), 1),
+    (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, m.LINK_IO, (("direction", "receive"),), 1),
 )
+_LINK_UP = (Reading(m.LINK_UP, 0.0), Reading(m.LINK_UP, 1.0))
+_HOST_FACTS = {"remote_type": "host"}  # what the PCIe link connects to (shared, never changed)
 _VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                   6: "usVal"}
 
@@ -84,29 +92,56 @@ class CounterUnwrapper:
         return self.totals[position]
 
 
+# What one requested field means: (link type, link index, metric, labels, scale).
+_Meaning = tuple[str, int, str, Labels, int]
+
+
+def _request_array(requests: list[tuple[int, int]]) -> Any:
+    """(field id, scope id) pairs as the NVML array `nvmlDeviceGetFieldValues` fills in."""
+    values = (_PlainFieldValue * len(requests))()
+    for value, (field_id, scope) in zip(values, requests, strict=True):
+        value.fieldId, value.scopeId = field_id, scope
+    return values
+
+
 @dataclass
 class LinkLayout:
-    """A device's links and the field requests that read their counters in one call."""
+    """A device's links and the field requests that read their counters in one call.
+
+    `cycle_values` asks for the fields read every cycle; `slow_values` for those
+    same fields (at the same positions) followed by the slow-cadence ones.
+    """
 
     nvlinks: tuple[NvLinkFacts, ...] = ()
     peer_uuids: dict[int, str] = field(default_factory=dict)  # NVLink index -> GPU at its end
     pcie_max: tuple[Reading, ...] = ()
-    requests: list[tuple[int, int]] = field(default_factory=list)
-    meanings: list[tuple[str, int, str, dict[str, str], int]] = field(default_factory=list)
+    meanings: list[_Meaning] = field(default_factory=list)  # in `slow_values` order
     unwrapper: CounterUnwrapper = field(default_factory=CounterUnwrapper)
-    request_values: Any = field(default=None, repr=False)  # the requests as NVML's array
+    cycle_values: Any = field(default=None, repr=False)
+    slow_values: Any = field(default=None, repr=False)
+    # NVLink index -> its slow readings (error counters, state) as last read
+    slow_readings: dict[int, tuple[Reading, ...]] = field(default_factory=dict)
+    _facts: dict[int, tuple[str, dict[str, str]]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        every, slow = [], []
         for link in self.nvlinks:
             for field_id, metric, labels, scale in _NVLINK_FIELDS:
-                self.requests.append((field_id, link.index))
-                self.meanings.append((NVLINK, link.index, metric, labels, scale))
+                (slow if m.spec(metric).cadence is m.Cadence.SLOW else every).append(
+                    ((field_id, link.index), (NVLINK, link.index, metric, labels, scale)))
         for field_id, metric, labels, scale in _PCIE_FIELDS:
-            self.requests.append((field_id, 0))
-            self.meanings.append((PCIE, 0, metric, labels, scale))
-        self.request_values = (_PlainFieldValue * len(self.requests))()
-        for value, (field_id, scope) in zip(self.request_values, self.requests, strict=True):
-            value.fieldId, value.scopeId = field_id, scope
+            every.append(((field_id, 0), (PCIE, 0, metric, labels, scale)))
+        self.meanings = [meaning for _, meaning in (*every, *slow)]
+        self.cycle_values = _request_array([request for request, _ in every])
+        self.slow_values = _request_array([request for request, _ in (*every, *slow)])
+
+    def facts_of(self, nvlink: NvLinkFacts) -> dict[str, str]:
+        """The link's facts with its peer GPU, built again only when the peer changes."""
+        peer = self.peer_uuids.get(nvlink.index, "")
+        cached = self._facts.get(nvlink.index)
+        if cached is None or cached[0] != peer:
+            cached = self._facts[nvlink.index] = (peer, nvlink.as_facts(peer))
+        return cached[1]
 
 
 def _quiet(fn: Any, *args: Any) -> Any | None:
@@ -115,10 +150,6 @@ def _quiet(fn: Any, *args: Any) -> Any | None:
         return fn(*args)
     except pynvml.NVMLError:
         return None
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def discover_nvlinks(handle: Any) -> tuple[NvLinkFacts, ...]:
@@ -134,7 +165,7 @@ def discover_nvlinks(handle: Any) -> tuple[NvLinkFacts, ...]:
             index=index,
             version="" if version is None else str(version),
             remote_type=_REMOTE_TYPES.get(remote_type, "") if remote_type is not None else "",
-            remote_pci_bus_id=_text(remote.busId) if remote is not None else "",
+            remote_pci_bus_id=text(remote.busId) if remote is not None else "",
         ))
     return tuple(links)
 
@@ -172,21 +203,35 @@ def _field_value(value: Any) -> float:
     return float(getattr(value.value, _VALUE_MEMBERS.get(value.valueType, "ullVal")))
 
 
-def _counters(calls: DeviceCalls, handle: Any,
-              layout: LinkLayout) -> dict[tuple[str, int], list[Reading]]:
+def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
+              slow: bool) -> dict[tuple[str, int], list[Reading]]:
     by_link: dict[tuple[str, int], list[Reading]] = {}
-    values = calls.call(nvmlDeviceGetFieldValues, handle, layout.request_values,
-                        every_cycle=True)
+    values = calls.call(nvmlDeviceGetFieldValues, handle,
+                        layout.slow_values if slow else layout.cycle_values, every_cycle=True)
+    success, unsigned_int = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
     for position, (value, (link_type, index, metric, labels, scale)) in enumerate(zip(
         values if values is not None else (), layout.meanings, strict=False
     )):
-        if value.nvmlReturn == pynvml.NVML_SUCCESS:
+        if value.nvmlReturn == success:
             number = _field_value(value)
-            if value.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:  # every field is a counter
+            if value.valueType == unsigned_int:  # every field is a counter
                 number = layout.unwrapper.total(position, int(number))
-            by_link.setdefault((link_type, index), []).append(
-                reading(metric, number * scale, **labels))
+            found = by_link.get((link_type, index))
+            if found is None:
+                found = by_link[(link_type, index)] = []
+            found.append(Reading(metric, number * scale, labels))
     return by_link
+
+
+def _slow_link_readings(calls: DeviceCalls, handle: Any, nvlink: NvLinkFacts,
+                        counters: list[Reading]) -> tuple[Reading, ...]:
+    """A link's slow-cadence readings: its error counters (in `counters`) and its state."""
+    found = [r for r in counters if r.metric == m.LINK_ERRORS]
+    state = calls.call(pynvml.nvmlDeviceGetNvLinkState, handle, nvlink.index,
+                       key=f"link{nvlink.index}", every_cycle=True)
+    if state is not None:
+        found.append(_LINK_UP[1 if state else 0])
+    return tuple(found)
 
 
 def _pcie_current(calls: DeviceCalls, handle: Any) -> Iterator[Reading]:
@@ -198,21 +243,26 @@ def _pcie_current(calls: DeviceCalls, handle: Any) -> Iterator[Reading]:
         yield reading(m.PCIE_WIDTH, width, state="current")
 
 
-def read_links(calls: DeviceCalls, handle: Any,
-               layout: LinkLayout) -> tuple[tuple[Link, ...], tuple[Reading, ...]]:
-    """This cycle's links (NVLinks, then the PCIe host link) and the device's PCIe readings."""
-    counters, read_at = read_timed(partial(_counters, calls, handle, layout))
+def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout,
+               slow: bool = True) -> tuple[tuple[Link, ...], tuple[Reading, ...]]:
+    """This cycle's links (NVLinks, then the PCIe host link) and the device's PCIe readings.
+
+    With `slow`, the slow-cadence link values are read too and kept in `layout`
+    (`slow_readings`); without it the ones last read are exported again.
+    """
+    counters, read_at = read_timed(partial(_counters, calls, handle, layout, slow))
     links = []
+    slow_readings = layout.slow_readings
     for nvlink in layout.nvlinks:
-        readings = counters.get((NVLINK, nvlink.index), [])
-        state = calls.call(pynvml.nvmlDeviceGetNvLinkState, handle, nvlink.index,
-                           key=f"link{nvlink.index}")
-        if state is not None:
-            readings.append(reading(m.LINK_UP, 1 if state else 0))
-        links.append(Link(NVLINK, nvlink.index, tuple(readings),
-                          nvlink.as_facts(layout.peer_uuids.get(nvlink.index, "")),
+        index = nvlink.index
+        readings = counters.get((NVLINK, index), [])
+        if slow:
+            slow_readings[index] = _slow_link_readings(calls, handle, nvlink, readings)
+            readings = [r for r in readings if r.metric == m.LINK_IO]
+        readings.extend(slow_readings.get(index, ()))
+        links.append(Link(NVLINK, index, tuple(readings), layout.facts_of(nvlink),
                           counters_at=read_at))
     if (PCIE, 0) in counters:
-        links.append(Link(PCIE, 0, tuple(counters[(PCIE, 0)]), {"remote_type": "host"},
+        links.append(Link(PCIE, 0, tuple(counters[(PCIE, 0)]), _HOST_FACTS,
                           counters_at=read_at))
     return tuple(links), (*_pcie_current(calls, handle), *layout.pcie_max)

@@ -15,6 +15,8 @@ import pynvml
 
 from ... import catalog as m
 from ...model import ProcessSample, Reading
+from ..calls import reading
+from .cadence import SlowReads
 from .calls import DeviceCalls
 from .fabric import fabric
 from .gpm import GpmActivity
@@ -35,11 +37,12 @@ THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
 )
 
 _NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND})
-
-
-def reading(metric: str, value: float, **labels: str) -> Reading:
-    """A reading of a catalog metric (labels as given, in order: they are already strings)."""
-    return Reading(metric, float(value), tuple(labels.items()))
+# Each reason's two possible readings (1: holding the clocks down, 0: not), built once.
+_THROTTLE_READINGS: tuple[tuple[int, Reading, Reading], ...] = tuple(
+    (bit, Reading(m.THROTTLE_ACTIVE, 1.0, (("reason", name),)),
+     Reading(m.THROTTLE_ACTIVE, 0.0, (("reason", name),)))
+    for bit, name in THROTTLE_REASONS
+)
 
 
 @dataclass
@@ -49,6 +52,7 @@ class DeviceState:
     last_process_sample_us: int = 0
     static_readings: tuple[Reading, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    slow: SlowReads = field(default_factory=SlowReads)
 
 
 Probe = Callable[[DeviceCalls, Any, DeviceState], Iterable[Reading]]
@@ -84,10 +88,19 @@ def power(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
     milliwatts = nvml.call(pynvml.nvmlDeviceGetPowerUsage, handle)
     if milliwatts is not None:
         yield reading(m.POWER, milliwatts / 1000)
-    limit = nvml.call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+
+
+# The slow-cadence probes (cadence.py) call with `every_cycle=True`: their cadence decides
+# when they are read, and a slow call's answer is not reused on top of it.
+
+
+def power_budget(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
+    """The enforced power limit and the energy counter (slow cadence)."""
+    limit = nvml.call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle, every_cycle=True)
     if limit is not None:
         yield reading(m.POWER_LIMIT, limit / 1000)
-    millijoules = nvml.call(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+    millijoules = nvml.call(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle,
+                            every_cycle=True)
     if millijoules is not None:
         yield reading(m.ENERGY, millijoules / 1000)
 
@@ -123,8 +136,8 @@ def throttling(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Readi
         (pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, (handle,)),
     )
     if reasons is not None:
-        for bit, name in THROTTLE_REASONS:
-            yield reading(m.THROTTLE_ACTIVE, 1 if reasons & bit else 0, reason=name)
+        for bit, held, free in _THROTTLE_READINGS:
+            yield held if reasons & bit else free
     pstate = nvml.call(pynvml.nvmlDeviceGetPerformanceState, handle)
     if pstate is not None and pstate != pynvml.NVML_PSTATE_UNKNOWN:
         yield reading(m.PERFORMANCE_STATE, pstate)
@@ -134,16 +147,16 @@ def errors(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
     for error_type, nvml_type in (("ecc_corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
                                   ("ecc_uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
         count = nvml.call(pynvml.nvmlDeviceGetTotalEccErrors, handle, nvml_type,
-                          pynvml.NVML_VOLATILE_ECC, key=error_type)
+                          pynvml.NVML_VOLATILE_ECC, key=error_type, every_cycle=True)
         if count is not None:
             yield reading(m.HW_ERRORS, count, error_type=error_type)
-    replays = nvml.call(pynvml.nvmlDeviceGetPcieReplayCounter, handle)
+    replays = nvml.call(pynvml.nvmlDeviceGetPcieReplayCounter, handle, every_cycle=True)
     if replays is not None:
         yield reading(m.HW_ERRORS, replays, error_type="pcie_replay")
 
 
 def memory_health(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
-    remap = nvml.call(pynvml.nvmlDeviceGetRemappedRows, handle)
+    remap = nvml.call(pynvml.nvmlDeviceGetRemappedRows, handle, every_cycle=True)
     if remap is not None:
         correctable, uncorrectable, pending, failure = remap
         yield reading(m.REMAPPED_ROWS, correctable, cause="correctable")
@@ -154,10 +167,12 @@ def memory_health(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Re
         ("single_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
         ("double_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
     ):
-        pages = nvml.call(pynvml.nvmlDeviceGetRetiredPages, handle, nvml_cause, key=cause)
+        pages = nvml.call(pynvml.nvmlDeviceGetRetiredPages, handle, nvml_cause, key=cause,
+                          every_cycle=True)
         if pages is not None:
             yield reading(m.RETIRED_PAGES, len(pages), cause=cause)
-    pending = nvml.call(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+    pending = nvml.call(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle,
+                        every_cycle=True)
     if pending is not None:
         yield reading(m.RETIRED_PAGES_PENDING, 1 if pending == pynvml.NVML_FEATURE_ENABLED else 0)
 
@@ -172,9 +187,10 @@ def activity(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Rea
 
 
 DEVICE_PROBES: tuple[Probe, ...] = (
-    utilization, memory, power, temperature, clocks, throttling, errors, memory_health, activity,
-    fabric,
+    utilization, memory, power, temperature, clocks, throttling, activity, fabric,
 )
+# Read on the slow cadence (cadence.py); every metric they yield is `Cadence.SLOW` in the catalog.
+SLOW_PROBES: tuple[Probe, ...] = (power_budget, errors, memory_health)
 
 
 def processes(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[ProcessSample, ...]:

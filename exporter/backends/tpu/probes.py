@@ -14,18 +14,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ... import catalog as m
-from ...model import Reading, labels_of
+from ...model import Reading
+from ..calls import reading
 from . import proto
 from .device_plugin import PluginReadout
 from .latency import LatencyWindow
 from .runtime import RuntimeCalls, device_id, gauge_value
 
 PERCENT = 0.01
-
-
-def reading(metric: str, value: float, **labels: str) -> Reading:
-    """A reading of a catalog metric."""
-    return Reading(metric, float(value), labels_of(labels))
 
 
 @dataclass
