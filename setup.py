@@ -11,7 +11,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
-SOURCE_ROOTS = ("exporter", "dashboard_module", "grafana")
+SOURCE_ROOTS = ("exporter", "dashboard_module", "grafana", "demo")
 PTH = Path(__file__).parent / "dashboard_module" / "ray_accel_dashboard.pth"
 
 

@@ -7,34 +7,22 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Protocol
 
-from .attribution.guard import DEFAULT_TASK_ID_CAP, TaskIdGuard
-from .attribution.transfers import DEFAULT_REPORT_AFTER_S, DEFAULT_STALL_AFTER_S
+from .attribution.guard import TaskIdGuard
 from .backends import Backend, load_backends
-from .collective import (
-    DEFAULT_BUSY_UTILIZATION,
-    DEFAULT_FLAT_BYTES_PER_S,
-    DEFAULT_WINDOW_S,
-    CollectiveStallDetector,
-    CollectiveStallSettings,
-)
-from .exposure import Exposure, ExposureSettings, guarded_app
+from .collective import CollectiveStallDetector, CollectiveStallSettings
+from .config import AgentConfig
+from .exposure import Exposure, guarded_app
+from .extensions import AgentExtension, configured_extensions
 from .record.history import History
 from .sampler import Sampler
 from .server import AgentHttp
-from .serving import Serving, ServingLimits, serve
+from .serving import Serving, serve
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9478
-DEFAULT_INTERVAL_S = 1.0
-
 
 def agent_version() -> str:
     try:
@@ -48,55 +36,6 @@ def simulated_environment() -> bool:
     from .simulate import STATE_ENV
 
     return bool(os.environ.get(STATE_ENV))
-
-
-@dataclass
-class AgentConfig:
-    """Everything the agent is started with."""
-
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    interval_s: float = DEFAULT_INTERVAL_S
-    backends: Sequence[str] | None = None
-    simulate: str | None = None
-    node_labels: dict[str, str] = field(default_factory=dict)
-    retry_s: float = 30.0
-    ray: bool = True
-    ray_address: str | None = None
-    ray_node_id: str | None = None
-    attribution_interval_s: float = 2.0
-    task_id_cap: int = DEFAULT_TASK_ID_CAP
-    names: bool = True  # actor classes/names and task names in labels
-    # Registration in the Ray cluster's GCS (exporter/cluster/registry.py); 0 turns it off.
-    register_interval_s: float = 10.0
-    deployed: bool = False  # started by `ray-accel deploy` as a Ray actor
-    # OTLP metric export (exporter/sinks/otlp.py): off unless an endpoint is configured
-    # here or in the standard OTEL_EXPORTER_OTLP_* environment variables.
-    otlp_endpoint: str | None = None
-    otlp_protocol: str | None = None
-    otlp_interval_s: float | None = None
-    # Ray Direct Transport transfers and hung collectives (docs/transfers.md).
-    transfers: bool = True
-    transfer_stall_after_s: float = DEFAULT_STALL_AFTER_S
-    transfer_report_after_s: float = DEFAULT_REPORT_AFTER_S
-    transfer_pairing: str = "auto"  # "auto" (on the head node), "always", "never"
-    collective_window_s: float = DEFAULT_WINDOW_S
-    collective_busy_utilization: float = DEFAULT_BUSY_UTILIZATION
-    collective_flat_bytes_per_s: float = DEFAULT_FLAT_BYTES_PER_S
-    # Header and idle timeouts, connection cap (exporter/serving.py).
-    limits: ServingLimits = field(default_factory=ServingLimits)
-    # Token, /metrics auth, TLS and basic auth (exporter/exposure.py).
-    exposure: ExposureSettings = field(default_factory=ExposureSettings)
-
-
-class AgentExtension(Protocol):
-    """Something that runs alongside the agent (registration, OTLP export)."""
-
-    async def start(self, agent: Agent) -> None:
-        """Called once the HTTP server accepts connections."""
-
-    async def stop(self) -> None:
-        """Called before the HTTP server closes."""
 
 
 class Agent:
@@ -127,8 +66,6 @@ class Agent:
     def _build(self, config: AgentConfig, backends: Sequence[Backend] | None,
                extensions: Sequence[AgentExtension] | None, node_labels: dict[str, str],
                facts: dict[str, str]) -> None:
-        from .extensions import configured_extensions
-
         if config.simulate or simulated_environment():
             node_labels["simulated"] = "true"
         self.store = SnapshotStore()
@@ -165,6 +102,18 @@ class Agent:
             transfers=TransferSettings(config.transfers, config.transfer_stall_after_s,
                                        config.transfer_report_after_s, config.transfer_pairing),
         )
+
+    @property
+    def scheme(self) -> str:
+        return self.exposure.scheme
+
+    @property
+    def node_labels(self) -> Mapping[str, str]:
+        return self.sampler.node_labels
+
+    @property
+    def facts(self) -> Mapping[str, str]:
+        return self.sampler.agent_facts
 
     @property
     def url(self) -> str:

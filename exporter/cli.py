@@ -8,48 +8,23 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+from importlib.metadata import entry_points
 
-from ..dashboard_module.standalone import register as register_dashboard
-from ..grafana.cli import register as register_grafana
 from . import topo_command
-from .agent import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, Agent, AgentConfig, serve_forever
+from .agent import Agent, serve_forever
 from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
-from .catalog import CATALOG, NODE_LABELS
+from .cli_args import RESERVED_LABELS, bounded_number, label_pair
+from .config import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, AgentConfig
 from .exposure import ExposureError, add_exposure_arguments, exposure_settings
 from .record import command as record_command
 from .serving import raise_open_file_limit
 
 MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 3600.0
-RESERVED_LABELS = frozenset({*NODE_LABELS, *(n for spec in CATALOG for n in spec.all_labels)})
-
-
-def _bounded_number(
-    kind: Callable[[str], float], low: float, high: float, what: str
-) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{what} must be between {low:g} and {high:g}, "
-                                             f"got {text}")
-        return value
-
-    return parse
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.isidentifier():
-        raise argparse.ArgumentTypeError(
-            f"expected NAME=VALUE with a label-safe NAME, got {text!r}"
-        )
-    return key, value
+# Subcommands the dashboard module, the boards and the demo add (setup: pyproject.toml).
+COMMAND_PLUGINS = "ray_accel.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,20 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
     agent = commands.add_parser("agent", help="run the per-node agent")
     agent.add_argument("--host", default=DEFAULT_HOST,
                        help=f"address to listen on (default {DEFAULT_HOST})")
-    agent.add_argument("--port", type=_bounded_number(int, 0, 65535, "--port"),
+    agent.add_argument("--port", type=bounded_number(int, 0, 65535, "--port"),
                        default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
-    agent.add_argument("--interval", type=_bounded_number(float, MIN_INTERVAL_S, MAX_INTERVAL_S,
+    agent.add_argument("--interval", type=bounded_number(float, MIN_INTERVAL_S, MAX_INTERVAL_S,
                                                           "--interval"),
                        default=DEFAULT_INTERVAL_S, metavar="SECONDS",
                        help=f"sampling interval (default {DEFAULT_INTERVAL_S:g} s)")
     agent.add_argument("--simulate", metavar="SCENARIO",
                        help="run on simulated hardware: a shipped scenario name or a JSON file")
-    agent.add_argument("--retry", type=_bounded_number(float, 0.1, 3600, "--retry"),
+    agent.add_argument("--retry", type=bounded_number(float, 0.1, 3600, "--retry"),
                        default=30.0, metavar="SECONDS",
                        help="how often to retry a backend whose driver is missing (default 30 s)")
     agent.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                        help="vendor backend to load (repeatable; default: every installed one)")
-    agent.add_argument("--node-label", action="append", type=_label, default=[],
+    agent.add_argument("--node-label", action="append", type=label_pair, default=[],
                        metavar="NAME=VALUE", help="label added to every series (repeatable)")
     ray = agent.add_argument_group("Ray attribution")
     ray.add_argument("--ray-address", metavar="ADDR",
@@ -87,10 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     ray.add_argument("--no-ray", action="store_true",
                      help="do not look for Ray; export device metrics only")
     ray.add_argument("--attribution-interval",
-                     type=_bounded_number(float, 0.1, 3600, "--attribution-interval"),
+                     type=bounded_number(float, 0.1, 3600, "--attribution-interval"),
                      default=2.0, metavar="SECONDS",
                      help="how often to refresh Ray workers and tasks (default 2 s)")
-    ray.add_argument("--task-id-cap", type=_bounded_number(int, 0, 1_000_000, "--task-id-cap"),
+    ray.add_argument("--task-id-cap", type=bounded_number(int, 0, 1_000_000, "--task-id-cap"),
                      default=DEFAULT_TASK_ID_CAP, metavar="N",
                      help="distinct ray_task_id label values per 10 minutes (default "
                           f"{DEFAULT_TASK_ID_CAP}); beyond it the label is left empty")
@@ -105,16 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_agent_arguments(agent)
     add_exposure_arguments(agent)
     agent.set_defaults(run=_run_agent)
-
-    demo = commands.add_parser(
-        "demo", help="run a Ray cluster and a workload on simulated accelerators, with the agent")
-    demo.add_argument("--scenario", default="hgx-h200",
-                      help="simulated hardware: a shipped scenario name or a JSON file")
-    demo.add_argument("--port", type=_bounded_number(int, 0, 65535, "--port"),
-                      default=DEFAULT_PORT, help=f"agent port (default {DEFAULT_PORT})")
-    demo.add_argument("--ready-file", type=Path, metavar="PATH",
-                      help="write the demo's endpoints to PATH as JSON once everything serves")
-    demo.set_defaults(run=_run_demo)
 
     scenarios = commands.add_parser("scenarios",
                                     help="list the shipped simulated-hardware scenarios")
@@ -133,9 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     record.set_defaults(run=record_command.run)
     register(commands)  # deploy, undeploy, status, sd-file
     register_transfers(commands)  # transfers
-    register_grafana(commands)  # grafana
-    register_dashboard(commands)  # dashboard
+    _register_plugins(commands)  # dashboard, demo, grafana
     return parser
+
+
+def _register_plugins(commands: argparse._SubParsersAction) -> None:
+    """Subcommands other parts of the package (or other packages) add, in name order."""
+    for plugin in sorted(entry_points(group=COMMAND_PLUGINS), key=lambda point: point.name):
+        plugin.load()(commands)
 
 
 def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -201,22 +171,6 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .demo.run import NO_WORKLOAD_DEVICES, run, workload_family
-    from .simulate import ScenarioError, load_scenario
-
-    try:
-        scenario = load_scenario(args.scenario)
-    except ScenarioError as error:
-        parser.error(f"--scenario: {error}")
-    if workload_family(scenario) is None:
-        parser.error(f"--scenario: {scenario['name']} {NO_WORKLOAD_DEVICES}; run `ray-accel "
-                     f"agent --simulate {scenario['name']}` to see its devices")
-    if args.ready_file is not None and not args.ready_file.parent.is_dir():
-        parser.error(f"--ready-file: folder {str(args.ready_file.parent)!r} does not exist")
-    return run(args.scenario, args.port, args.ready_file)
 
 
 def _list_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

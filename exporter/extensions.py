@@ -4,12 +4,45 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from .config import AgentConfig
 from .sinks.otlp_settings import otlp_settings
+from .store import SnapshotStore
 
-if TYPE_CHECKING:
-    from .agent import AgentConfig, AgentExtension
+
+class AgentHandle(Protocol):
+    """What an extension may read of the running agent."""
+
+    @property
+    def port(self) -> int | None:
+        """The port the agent listens on, once serving."""
+
+    @property
+    def scheme(self) -> str:
+        """`http` or `https`."""
+
+    @property
+    def store(self) -> SnapshotStore:
+        """The agent's snapshots."""
+
+    @property
+    def node_labels(self) -> Mapping[str, str]:
+        """The labels every series of this node carries."""
+
+    @property
+    def facts(self) -> Mapping[str, str]:
+        """The agent's own facts (version, interval, scenario)."""
+
+
+class AgentExtension(Protocol):
+    """Something that runs alongside the agent (registration, OTLP export)."""
+
+    async def start(self, agent: AgentHandle) -> None:
+        """Called once the HTTP server accepts connections."""
+
+    async def stop(self) -> None:
+        """Called before the HTTP server closes."""
 
 
 def configured_extensions(

@@ -180,9 +180,3 @@ def stale_after_s(interval_s: float) -> float:
     """How old a device's last values may be before they count as stale."""
     return max(3 * interval_s, 2.0)
 
-
-def snapshot_placement(snapshot: NodeSnapshot) -> dict[str, str]:
-    """Where the snapshot's node sits (see `placement.node_placement`)."""
-    from .placement import node_placement
-
-    return node_placement(snapshot.attribution.node_labels, (s.device for s in snapshot.devices))

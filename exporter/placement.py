@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from .model import Device
+from .model import Device, NodeSnapshot
 
 PLACEMENT_KEYS = ("zone", "region", "rack", "slice", "nvlink_domain", "node_pool")
 
@@ -57,3 +57,8 @@ def node_placement(ray_labels: Mapping[str, str], devices: Iterable[Device],
         if not placement[key]:
             placement[key] = ",".join(sorted({d.facts.get(fact, "") for d in devices} - {""}))
     return placement
+
+
+def snapshot_placement(snapshot: NodeSnapshot) -> dict[str, str]:
+    """Where the snapshot's node sits (see `node_placement`)."""
+    return node_placement(snapshot.attribution.node_labels, (s.device for s in snapshot.devices))

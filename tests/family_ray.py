@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ray._common.network_utils import find_free_port
 
-from ray_accel.exporter.demo.local_cluster import (
+from ray_accel.demo.local_cluster import (
     LocalRayCluster,
     is_raylet,
     node_id_of,

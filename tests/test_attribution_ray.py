@@ -22,7 +22,7 @@ import pytest
 from agent_process import AgentProcess
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
 
@@ -68,7 +68,7 @@ class Driver:
 
 def start_driver(cluster: LocalRayCluster, out: Path, roles: str) -> Driver:
     process = subprocess.Popen(
-        [sys.executable, "-m", "ray_accel.exporter.demo.workload", "--address",
+        [sys.executable, "-m", "ray_accel.demo.workload", "--address",
          cluster.gcs_address, "--out", str(out), "--roles", roles],
         env=cluster.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )

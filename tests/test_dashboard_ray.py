@@ -23,7 +23,7 @@ from agent_process import AgentProcess
 from test_attribution_ray import start_driver
 
 from ray_accel.dashboard_module.standalone import ray_dashboard_url
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
 

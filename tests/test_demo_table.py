@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ray_accel.demo.run import holder_table
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.attribution.model import Holder, RayIdentity
-from ray_accel.exporter.demo.run import holder_table
 from ray_accel.exporter.model import (
     Device,
     DeviceSample,

@@ -1,6 +1,6 @@
 """The demo without a usable Prometheus: one clear line, no traceback, the rest serves.
 
-The demo's start-up step for Prometheus (exporter/demo/run.py) with the server missing,
+The demo's start-up step for Prometheus (demo/run.py) with the server missing,
 with one that exits at once, and the endpoints it then prints; and a --ready-file the
 demo could not write, refused before anything starts.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ray_accel.exporter.demo import run as demo_run
-from ray_accel.exporter.demo.endpoints import DemoEndpoints
-from ray_accel.exporter.demo.prometheus import MISSING, DemoPrometheus
+from ray_accel.demo import run as demo_run
+from ray_accel.demo.endpoints import DemoEndpoints
+from ray_accel.demo.prometheus import MISSING, DemoPrometheus
 
 
 def test_a_missing_prometheus_is_one_line_and_no_server(monkeypatch, tmp_path, capsys):

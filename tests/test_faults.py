@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from test_attribution_ray import start_driver
 from test_nvidia_backend import scenario
 
+from ray_accel.demo.local_cluster import LocalRayCluster, processes
 from ray_accel.exporter import catalog as m
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster, processes
 from ray_accel.exporter.model import Device, DeviceSample, Link, Reading, labels_of
 from ray_accel.exporter.rates import with_link_rates
 from ray_accel.exporter.simulate import SimulatedHardware

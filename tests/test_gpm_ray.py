@@ -14,9 +14,9 @@ import pytest
 from agent_process import AgentProcess
 from test_attribution_ray import holders_by_pid, start_driver
 
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.activity import SPIN_WINDOW_S
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
 

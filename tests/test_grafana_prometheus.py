@@ -37,8 +37,8 @@ import yaml
 from agent_process import AgentProcess
 from prometheus_server import PROMETHEUS, PrometheusServer
 
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter import catalog as m
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
 from ray_accel.grafana import queries
@@ -184,7 +184,7 @@ class Setup:
 
 def _start_workload(cluster: LocalRayCluster, out: Path) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-m", "ray_accel.exporter.demo.workload", "--address",
+        [sys.executable, "-m", "ray_accel.demo.workload", "--address",
          cluster.gcs_address, "--out", str(out), "--roles", "trainer,idle,servers,task"],
         env=cluster.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 180

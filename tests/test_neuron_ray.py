@@ -14,7 +14,7 @@ import pytest
 from agent_process import AgentProcess
 from family_ray import driven_actor, family_head
 
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.neuron_fake import driven_by_processes
 

@@ -32,6 +32,10 @@ import pytest
 from ray._common.network_utils import find_free_port
 from ray.core.generated import node_manager_pb2, node_manager_pb2_grpc
 
+from ray_accel.demo.local_cluster import (
+    LocalRayCluster,
+    pid_of,
+)
 from ray_accel.exporter.attribution.ray_sources import (
     VISIBLE_DEVICE_VARIABLES,
     RayNotFound,
@@ -40,10 +44,6 @@ from ray_accel.exporter.attribution.ray_sources import (
     RayWorkerInfo,
     ResourceGrant,
     RunningTask,
-)
-from ray_accel.exporter.demo.local_cluster import (
-    LocalRayCluster,
-    pid_of,
 )
 
 HEAD_CUDA = ("3", "1", "0", "2")

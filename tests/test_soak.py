@@ -12,7 +12,7 @@ from agent_process import AgentProcess
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from test_attribution_ray import INTERVAL_S, start_driver
 
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
 

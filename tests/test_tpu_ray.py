@@ -15,7 +15,7 @@ import pytest
 from agent_process import AgentProcess
 from family_ray import driven_actor, family_head
 
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 
 RAYLET_CHIPS = ("3", "2", "1", "0", "7", "6", "5", "4")

@@ -21,7 +21,7 @@ import pytest
 from agent_process import AgentProcess
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from ray_accel.exporter.demo.local_cluster import LocalRayCluster
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 
 pytest.importorskip("torch")

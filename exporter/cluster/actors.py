@@ -25,7 +25,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..agent import DEFAULT_INTERVAL_S, Agent, AgentConfig
+from ..agent import Agent
+from ..config import DEFAULT_INTERVAL_S, AgentConfig
 from ..exposure import ExposureSettings
 from .gcs import ClusterGcs
 from .registry import AgentRegistry

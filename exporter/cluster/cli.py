@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..cli import RESERVED_LABELS, _bounded_number, _label
+from ..cli_args import RESERVED_LABELS, bounded_number, label_pair
 from ..sinks.otlp_settings import PROTOCOLS, otlp_settings
 from ..web_auth import METRICS_AUTH_CHOICES
 
@@ -72,14 +72,14 @@ def _otlp_arguments(parser: argparse.ArgumentParser) -> None:
                       help="grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, "
                            "else grpc)")
     otlp.add_argument("--otlp-interval", metavar="SECONDS",
-                      type=_bounded_number(float, 0.1, 3600, "--otlp-interval"),
+                      type=bounded_number(float, 0.1, 3600, "--otlp-interval"),
                       help="seconds between exports (default: OTEL_METRIC_EXPORT_INTERVAL, "
                            "else 10)")
 
 
 def _register_interval_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--register-interval", metavar="SECONDS",
-                        type=_bounded_number(float, 0.5, 3600, "--register-interval"),
+                        type=bounded_number(float, 0.5, 3600, "--register-interval"),
                         default=DEFAULT_REGISTER_INTERVAL_S,
                         help="how often the agent refreshes its registration in the cluster's "
                              f"GCS (default {DEFAULT_REGISTER_INTERVAL_S:g} s); readers take an "
@@ -121,15 +121,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     _address_argument(deploy)
     deploy.add_argument("--host", type=_ip_address, metavar="IP",
                         help="address the agents listen on (default: each node's IP)")
-    deploy.add_argument("--port", type=_bounded_number(int, 0, 65535, "--port"), default=0,
+    deploy.add_argument("--port", type=bounded_number(int, 0, 65535, "--port"), default=0,
                         help="port of every agent (default 0: any free port; discovery tells "
                              "Prometheus which)")
     deploy.add_argument("--interval", metavar="SECONDS", default=1.0,
-                        type=_bounded_number(float, 0.05, 3600, "--interval"),
+                        type=bounded_number(float, 0.05, 3600, "--interval"),
                         help="sampling interval (default 1 s)")
     _register_interval_argument(deploy)
     deploy.add_argument("--watch-interval", metavar="SECONDS", default=5.0,
-                        type=_bounded_number(float, 0.5, 3600, "--watch-interval"),
+                        type=bounded_number(float, 0.5, 3600, "--watch-interval"),
                         help="how often the supervisor checks nodes and agents (default 5 s)")
     sd_file = deploy.add_mutually_exclusive_group()
     sd_file.add_argument("--sd-file", metavar="PATH", type=_absolute_path,
@@ -137,7 +137,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                               "<session dir>/ray_accel_service_discovery.json)")
     sd_file.add_argument("--no-sd-file", action="store_true",
                          help="do not write a discovery file")
-    deploy.add_argument("--node-label", action="append", type=_label, default=[],
+    deploy.add_argument("--node-label", action="append", type=label_pair, default=[],
                         metavar="NAME=VALUE", help="label added to every series (repeatable)")
     deploy.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                         help="vendor backend to load (repeatable; default: every installed one)")
@@ -149,7 +149,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="TLS and basic auth of every agent (exporter-toolkit web "
                              "configuration; the path must hold the file on every node)")
     deploy.add_argument("--wait", metavar="SECONDS", default=DEFAULT_WAIT_S,
-                        type=_bounded_number(float, 0, 3600, "--wait"),
+                        type=bounded_number(float, 0, 3600, "--wait"),
                         help="how long to wait for every node's agent (default "
                              f"{DEFAULT_WAIT_S:g} s; 0 returns at once)")
     deploy.set_defaults(run=_run_deploy)
@@ -175,7 +175,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sd_file_command.add_argument("--watch", action="store_true",
                                  help="keep the file current until interrupted")
     sd_file_command.add_argument("--interval", metavar="SECONDS", default=DEFAULT_SD_INTERVAL_S,
-                                 type=_bounded_number(float, 0.5, 3600, "--interval"),
+                                 type=bounded_number(float, 0.5, 3600, "--interval"),
                                  help=f"with --watch, how often (default "
                                       f"{DEFAULT_SD_INTERVAL_S:g} s)")
     sd_file_command.add_argument("--print-scrape-job", action="store_true",

@@ -26,7 +26,8 @@ from ..attribution.ray_sources import RayNotFound, RaySourceError, RaySources
 from .gcs import ClusterGcs
 
 if TYPE_CHECKING:
-    from ..agent import Agent, AgentConfig
+    from ..config import AgentConfig
+    from ..extensions import AgentHandle
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class Registration:
         """The record as last written, None until the first registration succeeds."""
         return self._record
 
-    async def start(self, agent: Agent) -> None:
+    async def start(self, agent: AgentHandle) -> None:
         self._task = asyncio.create_task(self._run(agent), name="ray-accel-registration")
 
     async def stop(self) -> None:
@@ -185,7 +186,7 @@ class Registration:
                 log.warning("could not remove the registration: %s", error)
             await asyncio.to_thread(self._registry.gcs.close)
 
-    async def _run(self, agent: Agent) -> None:
+    async def _run(self, agent: AgentHandle) -> None:
         while not self._stopping.is_set():
             try:
                 await asyncio.to_thread(self.beat, agent)
@@ -195,7 +196,7 @@ class Registration:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.interval_s)
 
-    def beat(self, agent: Agent) -> AgentRecord:
+    def beat(self, agent: AgentHandle) -> AgentRecord:
         """Write the record with a fresh heartbeat (finding the Ray node first if needed)."""
         if self._record is None or self._registry is None:
             self._record, self._registry = self._first_record(agent)
@@ -210,18 +211,18 @@ class Registration:
         self._record = record
         return record
 
-    def _first_record(self, agent: Agent) -> tuple[AgentRecord, AgentRegistry]:
+    def _first_record(self, agent: AgentHandle) -> tuple[AgentRecord, AgentRegistry]:
         with RaySources.discover(self._config.ray_address, self._config.ray_node_id) as sources:
             node = sources.node
         now = time.time()
         record = AgentRecord(
             node_id=node.node_id, node_ip=node.node_ip,
             url=advertised_url(self._config.host, agent.port or 0, node.node_ip,
-                               agent.exposure.scheme),
+                               agent.scheme),
             pid=os.getpid(), hostname=socket.gethostname(), started_at=now, heartbeat_at=now,
             heartbeat_s=self.interval_s,
-            simulated=agent.sampler.node_labels.get("simulated") == "true",
-            deployed=self._config.deployed, version=agent.sampler.agent_facts.get("version", ""),
+            simulated=agent.node_labels.get("simulated") == "true",
+            deployed=self._config.deployed, version=agent.facts.get("version", ""),
         )
         registry = AgentRegistry(ClusterGcs(node.gcs_address))
         try:

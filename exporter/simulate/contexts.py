@@ -94,7 +94,7 @@ def for_real_processes(scenario: str | os.PathLike[str] | Mapping[str, Any]) -> 
     node without NVIDIA GPUs, and keep their scenario values beside them.
     """
     document = copy.deepcopy(load_scenario(scenario))
-    # the workload runs on the NVIDIA GPUs where there are any (see exporter/demo/run.py)
+    # the workload runs on the NVIDIA GPUs where there are any (see demo/run.py)
     amd_driven = all(vendor_of(d) == AMD for d in document["devices"])
     for device in document["devices"]:
         if vendor_of(device) == AMD:

@@ -18,9 +18,9 @@ from ..model import (
     NodeSnapshot,
     Reading,
     actor_devices,
-    snapshot_placement,
     stale_after_s,
 )
+from ..placement import snapshot_placement
 
 SCHEMA_VERSION = 1
 

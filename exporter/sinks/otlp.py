@@ -52,7 +52,7 @@ from .otlp_settings import (  # noqa: F401 - re-exported for callers of the sink
 from .prometheus import snapshot_families
 
 if TYPE_CHECKING:
-    from ..agent import Agent
+    from ..extensions import AgentHandle
     from ..store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class OtlpSink:
         self._thread: threading.Thread | None = None
         self._failing = False
 
-    async def start(self, agent: Agent) -> None:
+    async def start(self, agent: AgentHandle) -> None:
         self._store = agent.store
         if self._exporter is None:
             self._exporter = create_exporter(self.settings)

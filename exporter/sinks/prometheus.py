@@ -28,7 +28,8 @@ from ..attribution.join import allocations
 from ..attribution.model import RayIdentity
 from ..attribution.transfers import grouped
 from ..catalog import CATALOG, Kind, MetricSpec
-from ..model import DeviceSample, NodeSnapshot, Reading, actor_devices, snapshot_placement
+from ..model import DeviceSample, NodeSnapshot, Reading, actor_devices
+from ..placement import snapshot_placement
 
 _FAMILY_TYPES = {
     Kind.GAUGE: GaugeMetricFamily,

@@ -135,7 +135,7 @@ class LocalRayCluster:
 
     def session_dir(self) -> str:
         """The head node's session folder (Ray's discovery file and logs are there)."""
-        from ..cluster.gcs import ClusterGcs
+        from ..exporter.cluster.gcs import ClusterGcs
 
         with ClusterGcs(self.gcs_address) as gcs:
             return gcs.head().session_dir

@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 
-from ...dashboard_module.api import PREFIX
+from ..dashboard_module.api import PREFIX
 from .prometheus import DEMO_THRESHOLDS
 
 TAB_READY_TIMEOUT_S = 120.0

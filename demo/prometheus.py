@@ -19,10 +19,10 @@ from pathlib import Path
 import yaml
 from ray._common.network_utils import find_free_port
 
-from ...grafana.alerts.rules import AlertConfig, groups
-from ...grafana.alerts.rules_file import render
-from ...grafana.thresholds import Thresholds
-from ..cluster.sd_file import default_path, scrape_job
+from ..exporter.cluster.sd_file import default_path, scrape_job
+from ..grafana.alerts.rules import AlertConfig, groups
+from ..grafana.alerts.rules_file import render
+from ..grafana.thresholds import Thresholds
 from .local_cluster import LOOPBACK
 
 DEBIAN_BINARY = "/usr/bin/prometheus"

@@ -1,6 +1,6 @@
 """A small Ray workload on simulated accelerators, with one actor that holds a device and idles.
 
-Run as a Ray driver: `python -m ray_accel.exporter.demo.workload --address ADDR --out DIR`.
+Run as a Ray driver: `python -m ray_accel.demo.workload --address ADDR --out DIR`.
 It starts the workload, writes `DIR/identities.json` (what each worker sees of
 itself from inside: pid and Ray ids), then obeys commands read from standard
 input, one per line, until it is closed:
@@ -36,26 +36,26 @@ GiB = 2**30
 
 
 def _use_gpus(memory_bytes: int, busy_percent: int, memory_busy_percent: int) -> None:
-    from ..simulate.contexts import open_context
+    from ..exporter.simulate.contexts import open_context
 
     open_context(memory_bytes=memory_bytes, sm_percent=busy_percent,
                  memory_percent=memory_busy_percent)
 
 
 def _use_tpu_chips(memory_bytes: int, busy_percent: int, memory_busy_percent: int) -> None:
-    from ..simulate.tpu_fake import open_chips
+    from ..exporter.simulate.tpu_fake import open_chips
 
     open_chips()  # the chips' load is the scenario's: libtpu reports it per chip
 
 
 def _use_neuron_cores(memory_bytes: int, busy_percent: int, memory_busy_percent: int) -> None:
-    from ..simulate.neuron_fake import open_runtime
+    from ..exporter.simulate.neuron_fake import open_runtime
 
     open_runtime(memory_bytes=memory_bytes, utilization_percent=busy_percent)
 
 
 def _use_gaudi_cards(memory_bytes: int, busy_percent: int, memory_busy_percent: int) -> None:
-    from ..simulate.gaudi_fake import open_modules
+    from ..exporter.simulate.gaudi_fake import open_modules
 
     open_modules(memory_bytes=memory_bytes, utilization_percent=busy_percent)
 
@@ -132,7 +132,7 @@ class Spinner:
     """Holds a whole GPU and spins on it: busy by NVML, SMs nearly idle (a hung collective)."""
 
     def __init__(self) -> None:
-        from ..simulate.contexts import open_context
+        from ..exporter.simulate.contexts import open_context
 
         open_context(memory_bytes=20 * GiB, sm_percent=100, memory_percent=1,
                      sm_activity_percent=2)

@@ -4,7 +4,7 @@ It starts simulated hardware, a Ray head node on it (in a temp dir of its own,
 so it never touches another Ray cluster on the machine) with its dashboard and
 the Accelerators tab loaded, the agent attributing to that node, a small
 workload with one actor that holds a device and does nothing, and a local
-Prometheus (exporter/demo/prometheus.py) scraping Ray and the agent with the
+Prometheus (demo/prometheus.py) scraping Ray and the agent with the
 alert rules loaded. Once the agent sees the workload it prints who holds which
 device, then, when the tab and Prometheus answer, where to find them; it serves
 until interrupted, and cleans everything up.
@@ -36,15 +36,16 @@ from typing import Any
 
 from ray._common.network_utils import find_free_port
 
-from ...dashboard_module.bootstrap import ENABLE_VARIABLE
-from ...dashboard_module.standalone import ray_dashboard_url
-from ..agent import Agent, AgentConfig
-from ..cluster.sd_file import default_path, write_atomically
-from ..model import NodeSnapshot
-from ..simulate import ScenarioError, SimulatedHardware, load_scenario
-from ..simulate.contexts import for_real_processes
-from ..simulate.gaudi_fake import driven_by_workloads
-from ..simulate.neuron_fake import driven_by_processes
+from ..dashboard_module.bootstrap import ENABLE_VARIABLE
+from ..dashboard_module.standalone import ray_dashboard_url
+from ..exporter.agent import Agent
+from ..exporter.cluster.sd_file import default_path, write_atomically
+from ..exporter.config import AgentConfig
+from ..exporter.model import NodeSnapshot
+from ..exporter.simulate import ScenarioError, SimulatedHardware, load_scenario
+from ..exporter.simulate.contexts import for_real_processes
+from ..exporter.simulate.gaudi_fake import driven_by_workloads
+from ..exporter.simulate.neuron_fake import driven_by_processes
 from .endpoints import DemoEndpoints, wait_for_tab
 from .local_cluster import LocalRayCluster
 from .prometheus import MISSING as PROMETHEUS_MISSING
@@ -98,7 +99,7 @@ def _start_workload(cluster: LocalRayCluster, out: Path, accelerator: str) -> su
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "driver.log", "w") as log:  # Ray's own chatter stays out of the demo
         return subprocess.Popen(
-            [sys.executable, "-m", "ray_accel.exporter.demo.workload",
+            [sys.executable, "-m", "ray_accel.demo.workload",
              "--address", cluster.gcs_address, "--out", str(out),
              "--accelerator", accelerator],
             env=cluster.env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
@@ -112,8 +113,8 @@ def _percent(value: float | None) -> str:
 
 def holder_table(snapshot: NodeSnapshot) -> str:
     """Who holds which device, and whether they use it, as text."""
-    from ..attribution.join import allocations
-    from ..catalog import GPU_UTILIZATION
+    from ..exporter.attribution.join import allocations
+    from ..exporter.catalog import GPU_UTILIZATION
 
     parts = Counter(s.device.parent_uuid for s in snapshot.devices if s.device.parent_uuid)
     rows = [f"{'dev':<4}{'util':>6}  {'holder':<28}{'job':<10}{'share':>6}  state"]
@@ -150,8 +151,8 @@ async def _wait_for_workload(agent: Agent, stop: asyncio.Event,
 
 async def _keep_discovery_file(gcs_address: str, path: Path, stop: asyncio.Event) -> None:
     """Keep the agents' Prometheus discovery file up to date, as `ray-accel sd-file --watch`."""
-    from ..cluster.deploy import write_discovery
-    from ..cluster.gcs import ClusterGcs
+    from ..exporter.cluster.deploy import write_discovery
+    from ..exporter.cluster.gcs import ClusterGcs
 
     try:
         gcs = await asyncio.to_thread(ClusterGcs, gcs_address)
