@@ -26,7 +26,9 @@ from ..exporter.topology import matrix
 from .aggregate import FINDING_KINDS, SEVERITIES, ClusterView, heatmap_body, node_brief
 from .collector import Collector
 from .heatmap_columns import columns_body
+from .history import memory_series
 from .node_detail import Detail
+from .prometheus_history import DEFAULT_RANGE, RANGES, PrometheusHistory, Scope, TabHistory
 
 PREFIX = "/accelerators"
 API = "api/"
@@ -36,6 +38,7 @@ MAX_LIMIT = 100_000
 # ActorID 16, TaskID 24, JobID 4.
 ID_LENGTHS = {"node": 56, "actor": 32, "task": 48, "job": 8}
 _HEX = re.compile(r"^[0-9a-f]+$")
+_UUID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 class ApiError(Exception):
@@ -111,8 +114,12 @@ class AcceleratorsApi:
     """Request dispatch for everything under /accelerators/."""
 
     def __init__(self, collector: Collector, host: str,
-                 ray_dashboard_url: str | None = None, static_dir: Path = STATIC_DIR) -> None:
+                 ray_dashboard_url: str | None = None, static_dir: Path = STATIC_DIR,
+                 prometheus: PrometheusHistory | None = None, prometheus_error: str = "") -> None:
         self.collector = collector
+        # The series: from the cluster's Prometheus when one is given, else in-memory.
+        self.tab_history = TabHistory(lambda: collector.history, self._device_uuids,
+                                      prometheus, prometheus_error)
         self.host = host  # "ray" or "standalone"
         self.ray_dashboard_url = ray_dashboard_url
         self.static_dir = static_dir
@@ -182,18 +189,16 @@ class AcceleratorsApi:
         return json_response({"host": self.host, "ray_dashboard_url": self.ray_dashboard_url,
                               "refresh_s": self.collector.refresh_s,
                               "history_points": self.collector.history.length,
+                              "history_source": self.tab_history.source,
+                              "history_ranges": list(RANGES),
                               "started_error": self.started_error})
 
     def summary(self, request: web.Request) -> web.Response:
         _params(request, frozenset())
 
         def make() -> dict[str, Any]:
-            history = self.collector.history
-            return {**self._view().summary, "refresh": self._refresh_info(), "history": {
-                "timestamps": history.timestamps(),
-                **{k.removeprefix("cluster."): history.series(k) for k in (
-                    "cluster.utilization", "cluster.memory_used_bytes", "cluster.power_watts",
-                    "cluster.idle_allocations", "cluster.devices_down")}}}
+            return {**self._view().summary, "refresh": self._refresh_info(),
+                    "history": memory_series(self.collector.history, "cluster")}
 
         return self._memo("summary", make)
 
@@ -324,22 +329,32 @@ class AcceleratorsApi:
         return json_response({"generated_at": view.generated_at, "total": len(found),
                               "offset": offset, "findings": found[offset:offset + limit]})
 
-    def history(self, request: web.Request) -> web.Response:
-        params = _params(request, frozenset({"node_id"}))
-        history = self.collector.history
-        body: dict[str, Any] = {"timestamps": history.timestamps(),
-                                "interval_s": self.collector.refresh_s}
-        node_id = params.get("node_id")
-        if node_id is None:
-            body.update({k.removeprefix("cluster."): history.series(k) for k in (
-                "cluster.utilization", "cluster.memory_used_bytes", "cluster.power_watts",
-                "cluster.idle_allocations", "cluster.devices_down")})
+    async def history(self, request: web.Request) -> web.Response:
+        """Series of the cluster, a node, a device or a job over `range` (1h, 6h, 24h, 7d)."""
+        params = _params(request, frozenset({"node_id", "uuid", "job_id", "range"}))
+        chosen = [name for name in ("node_id", "uuid", "job_id") if name in params]
+        if len(chosen) > 1:
+            raise ApiError(400, f"give at most one of node_id, uuid, job_id; got "
+                                f"{', '.join(chosen)}")
+        range_name = _choice(params, "range", tuple(RANGES)) or DEFAULT_RANGE
+        if "node_id" in params:
+            node_id = _check_id("node", params["node_id"])
+            if self.tab_history.prometheus is None:
+                self._node_state(node_id)  # 404: nothing can know an unknown node's series
+            scope = Scope("node", node_id)
+        elif "uuid" in params:
+            scope = Scope("device", _check_uuid(params["uuid"]))
+        elif "job_id" in params:
+            scope = Scope("job", _check_id("job", params["job_id"]))
         else:
-            self._node_state(node_id)  # 400/404 for a bad or unknown id
-            body.update(node_id=node_id,
-                        utilization=history.series(f"node.{node_id}.utilization"),
-                        power_watts=history.series(f"node.{node_id}.power_watts"))
-        return json_response(body)
+            scope = Scope("cluster")
+        body = await self.tab_history.series(scope, range_name)
+        return json_response({**body, "interval_s": self.collector.refresh_s,
+                              **({"node_id": scope.key} if scope.kind == "node" else {})})
+
+    def _device_uuids(self, node_id: str) -> list[str]:
+        node = self._view().nodes.get(node_id)
+        return [d["uuid"] for d in (node.data or {}).get("devices", ())] if node else []
 
     # -- the frontend ----------------------------------------------------------------------
     def _static(self, tail: str) -> web.StreamResponse:
@@ -356,6 +371,13 @@ class AcceleratorsApi:
         content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return web.Response(body=path.read_bytes(), content_type=content_type,
                             headers={"Cache-Control": "public, max-age=31536000, immutable"})
+
+
+def _check_uuid(text: str) -> str:
+    if not _UUID.match(text):
+        raise ApiError(400, f"malformed device uuid {text[:80]!r}: expected up to 128 letters, "
+                            "digits and -_.:")
+    return text
 
 
 def _total(links: list[dict[str, Any]], field: str) -> float | None:

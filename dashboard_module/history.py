@@ -65,3 +65,34 @@ class History:
 
     def many(self, keys: Iterable[str]) -> dict[str, list[float | None]]:
         return {key: self.series(key) for key in keys}
+
+
+CLUSTER_SERIES = ("utilization", "memory_used_bytes", "power_watts", "idle_allocations",
+                  "devices_down")
+JOB_SERIES = ("devices_held", "idle_allocations", "utilization", "memory_used_bytes")
+
+
+def memory_series(history: History, scope: str, key: str = "",
+                  devices: Iterable[str] = ()) -> dict[str, object]:
+    """What `history` holds for a scope, named as the Prometheus history names it.
+
+    `scope` is cluster, node (with the node's device `devices`), device (`key` its
+    uuid) or job: the rounds keep no per-job series, so a job's are empty.
+    """
+    body: dict[str, object] = {"timestamps": history.timestamps()}
+    if scope == "cluster":
+        body.update({name: history.series(f"cluster.{name}") for name in CLUSTER_SERIES})
+    elif scope == "node":
+        body.update(utilization=history.series(f"node.{key}.utilization"),
+                    power_watts=history.series(f"node.{key}.power_watts"),
+                    devices={uuid: _device_series(history, uuid) for uuid in devices})
+    elif scope == "device":
+        body.update(_device_series(history, key))
+    else:
+        body.update({name: [] for name in JOB_SERIES})
+    return body
+
+
+def _device_series(history: History, uuid: str) -> dict[str, list[float | None]]:
+    return {name: history.series(f"device.{uuid}.{name}")
+            for name in ("utilization", "memory_used_bytes")}

@@ -49,12 +49,16 @@ class RayAccelAccelerators(SubprocessModule):
             from .api import AcceleratorsApi
             from .bootstrap import injected
             from .collector import DEFAULT_REFRESH_S, Collector, registry_discovery
+            from .prometheus_history import configured
 
             injected("run")
             refresh = float(os.environ.get(REFRESH_VARIABLE) or DEFAULT_REFRESH_S)
             collector = Collector(registry_discovery(self.gcs_address),
                                   refresh_s=min(max(refresh, 0.2), 3600.0))
-            self._api = AcceleratorsApi(collector, "ray", ray_dashboard_url="/")
+            # Ray's RAY_PROMETHEUS_HOST / _HEADERS, scoped to this session's series.
+            prometheus, prometheus_error = configured(os.environ, self.session_name)
+            self._api = AcceleratorsApi(collector, "ray", ray_dashboard_url="/",
+                                        prometheus=prometheus, prometheus_error=prometheus_error)
             await collector.start()
             self._failure = ""
         except Exception as error:  # Ray gives up on a module whose run() raises

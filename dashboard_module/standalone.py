@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..exporter.web_auth import same_secret as _valid
 from ..exporter.web_config import WebConfigError, WebConfigWatcher
 from .api import PREFIX, AcceleratorsApi, error_response
 from .collector import DEFAULT_REFRESH_S, Collector, Discover, registry_discovery
+from .prometheus_history import PrometheusConfigError, check_url, configured
 
 log = logging.getLogger(__name__)
 
@@ -108,20 +110,28 @@ def read_token(path: str | None) -> str | None:
     return cluster_token()
 
 
-def ray_dashboard_url(gcs_address: str) -> str | None:
-    """Where the cluster's own dashboard serves, from the GCS (None when unknown)."""
+def ray_facts(gcs_address: str) -> tuple[str | None, str]:
+    """Where the cluster's own dashboard serves (None when unknown) and its Ray session
+    (its series' SessionName; "" when unknown), from the GCS's key-value store."""
     try:
         from ..exporter.cluster.gcs import ClusterGcs
 
         with ClusterGcs(gcs_address, timeout_s=3.0) as gcs:
-            raw = gcs.kv_get("dashboard", "dashboard")
+            raw_address = gcs.kv_get("dashboard", "dashboard")
+            raw_session = gcs.kv_get("session", "session_name")
     except Exception as error:
-        log.debug("dashboard address unknown: %s", error)
-        return None
-    if not raw:
-        return None
-    address = raw.decode(errors="replace").strip()
-    return address if address.startswith("http") else f"http://{address}"
+        log.debug("dashboard address and session unknown: %s", error)
+        return None, ""
+    session = raw_session.decode(errors="replace").strip() if raw_session else ""
+    if not raw_address:
+        return None, session
+    address = raw_address.decode(errors="replace").strip()
+    return (address if address.startswith("http") else f"http://{address}"), session
+
+
+def ray_dashboard_url(gcs_address: str) -> str | None:
+    """Where the cluster's own dashboard serves, from the GCS (None when unknown)."""
+    return ray_facts(gcs_address)[0]
 
 
 async def serve(api: AcceleratorsApi, host: str, port: int, token: str | None,
@@ -168,6 +178,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _prometheus_url(text: str) -> str:
+    try:
+        return check_url(text)
+    except PrometheusConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def register(commands) -> None:
     """Add the `dashboard` subcommand to the `ray-accel` command line."""
     parser = commands.add_parser(
@@ -185,6 +202,10 @@ def register(commands) -> None:
     parser.add_argument("--no-token", action="store_true",
                         help="require no token (only sensible on a loopback address)")
     add_web_config_argument(parser)
+    parser.add_argument("--prometheus", type=_prometheus_url, metavar="URL",
+                        help="the cluster's Prometheus, for the tab's history over hours and "
+                             "days (default: RAY_PROMETHEUS_HOST when set, else the head's "
+                             "in-memory history)")
     parser.add_argument("--refresh", type=_seconds, default=DEFAULT_REFRESH_S, metavar="SECONDS",
                         help=f"how often to pull every agent (default {DEFAULT_REFRESH_S:g} s)")
     parser.set_defaults(run=_run)
@@ -214,7 +235,12 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
         log.warning("serving on %s without a token: anyone who reaches it can read the "
                     "cluster's accelerator data", args.host)
     collector = Collector(discover or registry_discovery(address), refresh_s=args.refresh)
-    api = AcceleratorsApi(collector, "standalone", ray_dashboard_url(address))
+    dashboard_url, session_name = ray_facts(address)
+    prometheus, prometheus_error = configured(os.environ, session_name, args.prometheus)
+    if prometheus_error:
+        log.warning("%s", prometheus_error)
+    api = AcceleratorsApi(collector, "standalone", dashboard_url,
+                          prometheus=prometheus, prometheus_error=prometheus_error)
     raise_open_file_limit()
     try:
         asyncio.run(serve(api, args.host, args.port, token, web_config=web_config))

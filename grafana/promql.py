@@ -7,6 +7,8 @@ catalog, so a metric that is renamed or removed fails here, at generation time.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 
 from ray_accel.exporter.catalog import spec
 
@@ -37,6 +39,31 @@ def regex(label: str, pattern: str) -> str:
 def one_of(label: str, *values: str) -> str:
     """A matcher for any of `values` (a regex alternation)."""
     return regex(label, "|".join(values))
+
+
+# Filters every board query applies: the template variables, on the labels our series
+# carry. `ray_io_cluster` is set by the scrape (KubeRay's PodMonitor), as for Ray's own
+# series. The dashboard's Prometheus history applies the same ones (`scoped`).
+SESSION_FILTER = 'SessionName=~"$SessionName"'
+CLUSTER_FILTER = 'ray_io_cluster=~"$Cluster"'
+NODE_FILTER = 'ray_node_id=~"$node"'
+BOARD_FILTERS: tuple[str, ...] = (SESSION_FILTER, CLUSTER_FILTER, NODE_FILTER)
+
+Selector = Callable[..., str]
+
+
+def selector(*filters: str) -> Selector:
+    """`sel(NAME, *matchers)`: a catalog metric with the `filters` and `matchers`."""
+
+    def sel(name: str, *extra: str) -> str:
+        return metric(name) + matchers(*filters, *extra)
+
+    return sel
+
+
+def literal_pattern(text: str) -> str:
+    """A regular expression matching exactly `text`, escaped to sit inside a PromQL string."""
+    return _escape(re.escape(text))
 
 
 def _escape(text: str) -> str:

@@ -8,7 +8,7 @@ grid, with the variables Ray's own boards use (`datasource`, `SessionName`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,16 @@ from grafanalib.core import (
 
 from ray_accel.exporter import catalog as m
 
-from ..promql import matchers, metric
+from ..promql import (  # noqa: F401 (the filters are the boards' names for them)
+    BOARD_FILTERS,
+    CLUSTER_FILTER,
+    NODE_FILTER,
+    SESSION_FILTER,
+    Selector,
+    matchers,
+    metric,
+    selector,
+)
 from ..provisioning import RAY_DEFAULT_DASHBOARD_UID
 
 DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
@@ -39,25 +48,6 @@ TAG = "ray-accel"
 GRID_WIDTH = 24
 RATE = "$__rate_interval"
 RANGE = "$__range"
-
-# Filters every query applies: the template variables, on the labels our series carry.
-# `ray_io_cluster` is set by the scrape (KubeRay's PodMonitor), as for Ray's own series.
-SESSION_FILTER = 'SessionName=~"$SessionName"'
-CLUSTER_FILTER = 'ray_io_cluster=~"$Cluster"'
-NODE_FILTER = 'ray_node_id=~"$node"'
-BOARD_FILTERS: tuple[str, ...] = (SESSION_FILTER, CLUSTER_FILTER, NODE_FILTER)
-
-Selector = Callable[..., str]
-
-
-def selector(*filters: str) -> Selector:
-    """`sel(NAME, *matchers)`: a catalog metric with the board's filters and `matchers`."""
-
-    def sel(name: str, *extra: str) -> str:
-        return metric(name) + matchers(*filters, *extra)
-
-    return sel
-
 
 sel = selector(*BOARD_FILTERS)
 

@@ -1,0 +1,337 @@
+"""The tab's time series from the cluster's Prometheus: PromQL range queries.
+
+When a Prometheus is configured (Ray's `RAY_PROMETHEUS_HOST` / `RAY_PROMETHEUS_HEADERS`,
+or `ray-accel dashboard --prometheus URL`), the cluster's, a node's, a device's and a
+job's series over 1 h, 6 h, 24 h or 7 d come from `/api/v1/query_range`, on a grid of
+at most `max_points` steps aligned to the step (so that repeated asks hit the cache).
+Every selector carries the Grafana boards' own `SessionName` and `Cluster` filters
+(grafana/promql.py), filled with this head's session and cluster.
+
+A Prometheus that is down, slow (`timeout_s`) or answers an error costs only that
+answer: `TabHistory` then serves the head's in-memory history, with the error, and
+does not ask again for `retry_after_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from ..exporter import catalog as m
+from ..grafana.promql import CLUSTER_FILTER, SESSION_FILTER, eq, literal_pattern, selector
+from ..grafana.queries import expand
+from .history import History, memory_series
+
+HOST_VARIABLE = "RAY_PROMETHEUS_HOST"  # Ray's dashboard reads the same two
+HEADERS_VARIABLE = "RAY_PROMETHEUS_HEADERS"
+CLUSTER_VARIABLE = "RAY_ACCEL_PROMETHEUS_CLUSTER"
+
+RANGES: dict[str, int] = {"1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "7d": 7 * 86400}
+DEFAULT_RANGE = "1h"
+DEFAULT_MAX_POINTS = 300
+DEFAULT_TIMEOUT_S = 3.0
+DEFAULT_RETRY_AFTER_S = 10.0
+MAX_CACHE_S = 30.0
+MAX_CACHED = 512
+MAX_ANSWER_BYTES = 16 * 2**20
+
+SCOPES = ("cluster", "node", "device", "job")
+
+
+class PrometheusConfigError(ValueError):
+    """A Prometheus URL or header setting that cannot be used."""
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """Where the cluster's Prometheus is and which of its series are this cluster's."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    session_name: str = ""  # "" matches every session
+    cluster: str = ""  # the ray_io_cluster label; "" matches every cluster
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def check_url(url: str) -> str:
+    """`url` without a trailing slash; PrometheusConfigError unless it is http(s)://host..."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+        raise PrometheusConfigError(
+            f"a Prometheus URL looks like http://host:9090, got {url[:200]!r}")
+    return url.strip().rstrip("/")
+
+
+def parse_headers(text: str) -> tuple[tuple[str, str], ...]:
+    """Headers as Ray accepts them: a JSON object of strings, or a list of [name, value]."""
+    try:
+        parsed = json.loads(text)
+    except ValueError as error:
+        raise PrometheusConfigError(f"{HEADERS_VARIABLE} is not JSON: {error}") from None
+    pairs = list(parsed.items()) if isinstance(parsed, dict) else parsed
+    if not isinstance(pairs, list) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(v, str) for v in p)
+            for p in pairs):
+        raise PrometheusConfigError(
+            f'{HEADERS_VARIABLE} must be {{"Name": "value", ...}} or [["Name", "value"], ...]')
+    return tuple((name, value) for name, value in pairs)
+
+
+def settings_from_env(environ: Mapping[str, str], session_name: str = "",
+                      url: str | None = None) -> PrometheusSettings | None:
+    """Settings from `url` (a flag) or Ray's variables; None when no Prometheus is named."""
+    url = url or environ.get(HOST_VARIABLE, "")
+    if not url:
+        return None
+    return PrometheusSettings(check_url(url), parse_headers(environ.get(HEADERS_VARIABLE, "{}")),
+                              session_name, environ.get(CLUSTER_VARIABLE, ""))
+
+
+def configured(environ: Mapping[str, str], session_name: str = "",
+               url: str | None = None) -> tuple[PrometheusHistory | None, str]:
+    """The history client `settings_from_env` names, or None and why the setting is unusable."""
+    try:
+        settings = settings_from_env(environ, session_name, url)
+    except PrometheusConfigError as error:
+        return None, f"the Prometheus setting is unusable, history is in-memory: {error}"
+    return (PrometheusHistory(settings) if settings else None), ""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose series: the cluster, a node (`ray_node_id`), a device (`uuid`) or a job."""
+
+    kind: str
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCOPES:
+            raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {self.kind!r}")
+
+
+def step_for(window_s: int, max_points: int) -> int:
+    """The whole-second step that covers `window_s` in at most `max_points` points."""
+    return max(1, math.ceil(window_s / max_points))
+
+
+def _filters(settings: PrometheusSettings) -> tuple[str, ...]:
+    values = {"SessionName": literal_pattern(settings.session_name) if settings.session_name
+              else ".*",
+              "Cluster": literal_pattern(settings.cluster) if settings.cluster else ".*"}
+    return expand(SESSION_FILTER, values), expand(CLUSTER_FILTER, values)
+
+
+def scope_queries(scope: Scope, filters: Sequence[str]) -> dict[str, str]:
+    """PromQL per series name of `scope`; a name ending in `/uuid` is one series per device."""
+    sel = selector(*filters)
+    general = eq("task", "general")
+    if scope.kind == "cluster":
+        devices = f"count({sel(m.DEVICE_UP)})"
+        return {
+            "utilization": f"avg({sel(m.GPU_UTILIZATION, general)})",
+            "memory_used_bytes": f"sum({sel(m.MEMORY_USAGE)})",
+            "power_watts": f"sum({sel(m.POWER)})",
+            # zero where devices report and none is idle/down; absent where none reports
+            "idle_allocations": f"sum({sel(m.ALLOCATION_IDLE)} * {sel(m.ALLOCATION)}) "
+                                f"or {devices} * 0",
+            "devices_down": f"count({sel(m.DEVICE_UP)} == 0) or {devices} * 0",
+        }
+    if scope.kind == "node":
+        node = eq("ray_node_id", scope.key)
+        return {
+            "utilization": f"avg({sel(m.GPU_UTILIZATION, general, node)})",
+            "power_watts": f"sum({sel(m.POWER, node)})",
+            "utilization/uuid": f"max by (uuid) ({sel(m.GPU_UTILIZATION, general, node)})",
+            "memory_used_bytes/uuid": f"max by (uuid) ({sel(m.MEMORY_USAGE, node)})",
+        }
+    if scope.kind == "device":
+        device = eq("uuid", scope.key)
+        return {
+            "utilization": f"max({sel(m.GPU_UTILIZATION, general, device)})",
+            "memory_used_bytes": f"max({sel(m.MEMORY_USAGE, device)})",
+            "power_watts": f"max({sel(m.POWER, device)})",
+        }
+    held = sel(m.ALLOCATION, eq("ray_job_id", scope.key))
+    return {
+        "devices_held": f"sum({held})",
+        "idle_allocations": f"sum({sel(m.ALLOCATION_IDLE)} * {held})",
+        "utilization": f"avg({sel(m.GPU_UTILIZATION, general)} and on (uuid) ({held} > 0))",
+        "memory_used_bytes": f"sum({sel(m.PROCESS_MEMORY_USAGE, eq('ray_job_id', scope.key))})",
+    }
+
+
+class PrometheusError(Exception):
+    """Prometheus did not answer, or answered something other than a matrix."""
+
+
+class PrometheusHistory:
+    """Range queries for the tab's series against one Prometheus."""
+
+    def __init__(self, settings: PrometheusSettings,
+                 max_points: int = DEFAULT_MAX_POINTS) -> None:
+        if max_points < 2:
+            raise ValueError("max_points must be at least 2")
+        self.settings = settings
+        self.max_points = max_points
+        self.filters = _filters(settings)
+
+    def grid(self, range_name: str, now: float) -> tuple[int, int, int]:
+        """(start, end, step) in unix seconds: `end` the last whole step before `now`."""
+        window = RANGES[range_name]
+        step = step_for(window, self.max_points)
+        end = int(now // step * step)
+        return end - (window // step - 1) * step, end, step
+
+    async def series(self, scope: Scope, range_name: str,
+                     now: float | None = None) -> dict[str, Any]:
+        """The scope's series on the range's grid (None where Prometheus has no value).
+
+        Raises PrometheusError when any query fails: a partial answer is not shown as whole.
+        """
+        start, end, step = self.grid(range_name, time.time() if now is None else now)
+        queries = scope_queries(scope, self.filters)
+        timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+        try:
+            async with asyncio.timeout(self.settings.timeout_s), aiohttp.ClientSession(
+                    timeout=timeout, headers=list(self.settings.headers)) as session:
+                results = await asyncio.gather(*(
+                    self._query_range(session, expr, start, end, step)
+                    for expr in queries.values()))
+        except TimeoutError:
+            raise PrometheusError(f"Prometheus at {self.settings.url} did not answer within "
+                                  f"{self.settings.timeout_s:g} s") from None
+        except aiohttp.ClientError as error:
+            raise PrometheusError(f"Prometheus at {self.settings.url}: "
+                                  f"{type(error).__name__}: {error}") from None
+        count = (end - start) // step + 1
+        body: dict[str, Any] = {"timestamps": [float(start + i * step) for i in range(count)],
+                                "step_s": step}
+        for name, matrix in zip(queries, results, strict=True):
+            if name.endswith("/uuid"):
+                field = name.removesuffix("/uuid")
+                devices = body.setdefault("devices", {})
+                for entry in matrix:
+                    uuid = entry["metric"].get("uuid", "")
+                    devices.setdefault(uuid, {})[field] = _on_grid(entry, start, step, count)
+            else:
+                body[name] = (_on_grid(matrix[0], start, step, count) if matrix
+                              else [None] * count)
+        return body
+
+    async def _query_range(self, session: aiohttp.ClientSession, expr: str, start: int,
+                           end: int, step: int) -> list[dict[str, Any]]:
+        url = f"{self.settings.url}/api/v1/query_range"
+        form = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
+        async with session.post(url, data=form) as reply:
+            raw = await reply.content.read(MAX_ANSWER_BYTES + 1)
+            if len(raw) > MAX_ANSWER_BYTES:
+                raise PrometheusError(f"Prometheus at {self.settings.url} answered more than "
+                                      f"{MAX_ANSWER_BYTES // 2**20} MiB")
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                raise PrometheusError(f"Prometheus at {self.settings.url} answered HTTP "
+                                      f"{reply.status} that is not JSON") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            detail = doc.get("error", "") if isinstance(doc, dict) else ""
+            raise PrometheusError(f"Prometheus at {self.settings.url} refused a query (HTTP "
+                                  f"{reply.status}): {str(detail)[:300]}")
+        data = doc.get("data") or {}
+        if data.get("resultType") != "matrix":
+            raise PrometheusError(f"Prometheus at {self.settings.url} answered a "
+                                  f"{data.get('resultType')!r}, not a matrix")
+        return data.get("result") or []
+
+
+def _on_grid(entry: Mapping[str, Any], start: int, step: int,
+             count: int) -> list[float | None]:
+    """One matrix entry's values on the grid; NaN and infinities are not values."""
+    values: list[float | None] = [None] * count
+    for at, text in entry.get("values", ()):
+        slot = round((float(at) - start) / step)
+        value = float(text)
+        if 0 <= slot < count and math.isfinite(value):
+            values[slot] = value
+    return values
+
+
+@dataclass
+class _Cached:
+    expires: float
+    answer: asyncio.Task
+
+
+class TabHistory:
+    """The series the tab shows: Prometheus when configured and answering, else in-memory.
+
+    Every answer says its `source` ("prometheus" or "memory") and `error` (why
+    Prometheus was not used: "" when it was, or when none is configured).
+    """
+
+    def __init__(self, memory: Callable[[], History],
+                 devices_of: Callable[[str], list[str]],
+                 prometheus: PrometheusHistory | None = None, config_error: str = "",
+                 retry_after_s: float = DEFAULT_RETRY_AFTER_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._memory = memory
+        self._devices_of = devices_of
+        self.prometheus = prometheus
+        self.config_error = config_error
+        self.retry_after_s = retry_after_s
+        self._clock = clock
+        self._cache: dict[tuple[Scope, str], _Cached] = {}
+        self._failure = ""
+        self._failed_at = -math.inf
+
+    @property
+    def source(self) -> str:
+        """Where series come from when all is well."""
+        return "prometheus" if self.prometheus is not None else "memory"
+
+    async def series(self, scope: Scope, range_name: str) -> dict[str, Any]:
+        """The scope's series over `range_name` (a key of RANGES)."""
+        if range_name not in RANGES:
+            raise ValueError(f"range must be one of {', '.join(RANGES)}, got {range_name!r}")
+        meta = {"range": range_name, "range_s": RANGES[range_name], "scope": scope.kind,
+                **({"key": scope.key} if scope.key else {})}
+        error = self.config_error
+        if self.prometheus is not None:
+            now = self._clock()
+            if now - self._failed_at < self.retry_after_s:
+                error = self._failure
+            else:
+                try:
+                    body = await self._cached(scope, range_name, now)
+                except PrometheusError as failure:
+                    self._failure, self._failed_at = str(failure), self._clock()
+                    error = self._failure
+                else:
+                    return {**meta, "source": "prometheus", "error": "",
+                            "prometheus_url": self.prometheus.settings.url, **body}
+        history = self._memory()
+        return {**meta, "source": "memory", "error": error,
+                **memory_series(history, scope.kind, scope.key, self._devices_of(scope.key)
+                                if scope.kind == "node" else ())}
+
+    async def _cached(self, scope: Scope, range_name: str, now: float) -> dict[str, Any]:
+        key = (scope, range_name)
+        cached = self._cache.get(key)
+        if cached is None or cached.expires <= now or (
+                cached.answer.done() and cached.answer.exception() is not None):
+            step = step_for(RANGES[range_name], self.prometheus.max_points)
+            if len(self._cache) >= MAX_CACHED:
+                for old in [k for k, c in self._cache.items() if c.expires <= now] or [
+                        next(iter(self._cache))]:
+                    del self._cache[old]
+            cached = self._cache[key] = _Cached(
+                now + min(step, MAX_CACHE_S),
+                asyncio.ensure_future(self.prometheus.series(scope, range_name, now)))
+        return await asyncio.shield(cached.answer)

@@ -1,0 +1,262 @@
+"""The tab's history from a real Prometheus scraping real agents, and its fallbacks.
+
+Two agents on simulated hardware (8x H200 and 4x L4) are scraped every second by one
+Prometheus, each as a node of its own Ray session: the scrape adds `SessionName` and
+`ray_node_id` (as Ray's own agent would) and `ray_io_cluster` (as KubeRay's PodMonitor
+does), both on the same node id so that only the session tells them apart. The head's
+series are checked against the raw samples Prometheus holds, read back with a range
+selector, not through the head's own queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_process import AgentProcess
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_server import PROMETHEUS, PrometheusServer, free_port
+
+from ray_accel.dashboard_module.api import AcceleratorsApi
+from ray_accel.dashboard_module.collector import AgentTarget, Collector
+from ray_accel.dashboard_module.prometheus_history import (
+    PrometheusHistory,
+    PrometheusSettings,
+    Scope,
+    configured,
+)
+from ray_accel.dashboard_module.standalone import build_app
+from ray_accel.exporter import catalog as m
+from ray_accel.grafana.promql import metric
+
+pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(),
+                                reason="prometheus is not installed (tools/system-deps.sh)")
+
+NODE = "ab" * 28
+THIS, OTHER, CLUSTER = "session_2026-12-01_10-00-00_000001_1", "session_other", "c1"
+LOOKBACK_MS = 300_000  # Prometheus' default lookback delta
+POINTS = 3600  # one point a second over the 1 h range, so a short test has many
+
+
+def _scrape_job(name: str, agent: AgentProcess, session: str) -> dict[str, Any]:
+    return {"job_name": name, "static_configs": [{
+        "targets": [agent.url.removeprefix("http://")],
+        "labels": {"SessionName": session, "ray_node_id": NODE, "ray_io_cluster": CLUSTER}}]}
+
+
+@pytest.fixture(scope="module")
+def agents():
+    with AgentProcess("--simulate", "hgx-h200", "--interval", "0.5") as h200, \
+            AgentProcess("--simulate", "l4-pcie", "--interval", "0.5") as l4:
+        yield h200, l4
+
+
+@pytest.fixture(scope="module")
+def prometheus(agents, tmp_path_factory):
+    h200, l4 = agents
+    config = json.dumps({"global": {"scrape_interval": "1s"},
+                         "scrape_configs": [_scrape_job("this", h200, THIS),
+                                            _scrape_job("other", l4, OTHER)]})
+    with PrometheusServer(config, tmp_path_factory.mktemp("prometheus")) as prom:
+        power = metric(m.POWER)
+        prom.wait_until(lambda: all(
+            len(series["values"]) >= 8
+            for series in _raw(prom, f'{power}{{SessionName=~"{THIS}|{OTHER}"}}')
+        ) and len(_raw(prom, power)) == 12, "eight scrapes of all twelve GPUs")
+        yield prom
+
+
+def _raw(prom: PrometheusServer, selector: str, at: float | None = None) -> list[dict]:
+    """The samples Prometheus stored for `selector` over the last 10 minutes."""
+    params = {"query": f"{selector}[10m]", **({"time": f"{at:.3f}"} if at else {})}
+    return prom.api("query", **params)["result"]
+
+
+def _latest(samples: list[list], at_s: float) -> float | None:
+    """What an instant query at `at_s` reads from raw samples: the newest at or before it."""
+    at_ms = round(at_s * 1000)
+    found = None
+    for stamp, text in samples:
+        stamp_ms = round(float(stamp) * 1000)
+        if stamp_ms <= at_ms and at_ms - stamp_ms <= LOOKBACK_MS:
+            found = float(text)
+    return found
+
+
+def _history(prom: PrometheusServer, session: str = THIS, cluster: str = CLUSTER,
+             timeout_s: float = 5.0) -> PrometheusHistory:
+    return PrometheusHistory(PrometheusSettings(prom.url, session_name=session, cluster=cluster,
+                                                timeout_s=timeout_s), max_points=POINTS)
+
+
+def _api(prometheus: PrometheusHistory | None, agent: AgentProcess | None = None,
+         error: str = "") -> AcceleratorsApi:
+    async def discover():
+        return [AgentTarget(NODE, agent.url, "h200-host")] if agent else []
+
+    return AcceleratorsApi(Collector(discover, refresh_s=1, fetch_timeout_s=2), "standalone",
+                           prometheus=prometheus, prometheus_error=error)
+
+
+async def _get_all(api: AcceleratorsApi, *queries: dict[str, str],
+                   rounds: int = 0) -> list[tuple[int, dict]]:
+    """GET history with each of `queries` from the standalone app over real HTTP."""
+    async with TestClient(TestServer(build_app(api))) as client:
+        for _ in range(rounds):
+            await api.collector.refresh()
+        answers = []
+        for params in queries:
+            reply = await client.get("/accelerators/api/history", params=params)
+            answers.append((reply.status, await reply.json()))
+        return answers
+
+
+def test_device_and_node_series_equal_what_prometheus_scraped(agents, prometheus):
+    h200 = agents[0]
+    uuids = [d["uuid"] for d in h200.json("/api/v1/snapshot")["devices"]]
+    (status, device), (_, node) = asyncio.run(_get_all(
+        _api(_history(prometheus)), {"uuid": uuids[3], "range": "1h"},
+        {"node_id": NODE, "range": "1h"}))
+    assert status == 200 and device["source"] == "prometheus" and device["error"] == ""
+    assert device["step_s"] == 1 and len(device["timestamps"]) == POINTS
+
+    util = metric(m.GPU_UTILIZATION)
+    scope = f'SessionName="{THIS}",task="general"'
+    stored = {s["metric"]["uuid"]: s["values"]
+              for s in _raw(prometheus, f"{util}{{{scope}}}", at=device["timestamps"][-1])}
+    assert sorted(stored) == sorted(uuids)
+    expected = [_latest(stored[uuids[3]], t) for t in device["timestamps"]]
+    assert sum(v is not None for v in expected) >= 8
+    assert device["utilization"] == expected
+    memory = _raw(prometheus, f'{metric(m.MEMORY_USAGE)}{{SessionName="{THIS}",'
+                              f'uuid="{uuids[3]}"}}', at=device["timestamps"][-1])
+    assert device["memory_used_bytes"] == [_latest(memory[0]["values"], t)
+                                           for t in device["timestamps"]]
+
+    assert node["source"] == "prometheus" and node["node_id"] == NODE
+    assert sorted(node["devices"]) == sorted(uuids)  # the other session's L4 is not here
+    for uuid in uuids:
+        assert node["devices"][uuid]["utilization"] == [
+            _latest(stored[uuid], t) for t in node["timestamps"]]
+    for at, mean in zip(node["timestamps"], node["utilization"], strict=True):
+        values = [_latest(stored[uuid], at) for uuid in uuids]
+        present = [v for v in values if v is not None]
+        assert mean == (pytest.approx(sum(present) / len(present), rel=1e-12) if present
+                        else None)
+    assert any(v is not None for v in node["power_watts"])
+
+
+def test_series_are_scoped_to_the_session_and_cluster(prometheus):
+    async def ask(history: PrometheusHistory, scope: Scope) -> dict:
+        return await history.series(scope, "1h")
+
+    power = metric(m.POWER)
+    this = asyncio.run(ask(_history(prometheus), Scope("cluster")))
+    other = asyncio.run(ask(_history(prometheus, session=OTHER), Scope("node", NODE)))
+    everyone = asyncio.run(ask(_history(prometheus, session=""), Scope("cluster")))
+    elsewhere = asyncio.run(ask(_history(prometheus, cluster="c2"), Scope("cluster")))
+    at = this["timestamps"][-1]
+    stored = {s["metric"]["SessionName"] + s["metric"]["uuid"]: s["values"]
+              for s in _raw(prometheus, power, at=at)}
+
+    def total(prefix: str, when: float) -> float:
+        return sum(v for k, samples in stored.items() if k.startswith(prefix)
+                   if (v := _latest(samples, when)) is not None)
+
+    checked = [(t, p) for t, p in zip(this["timestamps"], this["power_watts"], strict=True)
+               if p is not None]
+    assert len(checked) >= 8
+    for when, watts in checked:
+        assert watts == pytest.approx(total(THIS, when), rel=1e-12)
+    assert len(other["devices"]) == 4 and next(iter(other["devices"])).startswith("GPU-")
+    assert other["power_watts"][-1] == pytest.approx(total(OTHER, at), rel=1e-12)
+    assert everyone["power_watts"][-1] == pytest.approx(total("", at), rel=1e-12)
+    assert this["devices_down"][-1] == 0.0  # every device up, and devices are reporting
+    assert set(elsewhere["power_watts"]) == {None}
+    assert set(elsewhere["devices_down"]) == {None}  # no devices: no count, not zero
+
+
+def test_a_job_without_allocations_has_no_values_and_valid_queries(prometheus):
+    body = asyncio.run(_history(prometheus).series(Scope("job", "02000000"), "6h"))
+    assert body["step_s"] == 6
+    assert {name: set(body[name]) for name in (
+        "devices_held", "idle_allocations", "utilization", "memory_used_bytes")} == {
+        name: {None} for name in (
+            "devices_held", "idle_allocations", "utilization", "memory_used_bytes")}
+
+
+def test_a_down_or_silent_prometheus_falls_back_to_memory_with_the_error(agents):
+    h200 = agents[0]
+    down = PrometheusHistory(PrometheusSettings(f"http://127.0.0.1:{free_port()}",
+                                                timeout_s=2.0))
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        slow = PrometheusHistory(PrometheusSettings(
+            f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=0.5))
+        (status, cluster), (_, node) = asyncio.run(_get_all(
+            _api(down, h200), {}, {"node_id": NODE, "range": "7d"}, rounds=2))
+        ((slow_status, late),) = asyncio.run(_get_all(_api(slow, h200), {"range": "24h"},
+                                                      rounds=1))
+    assert status == 200 and cluster["source"] == "memory"
+    assert cluster["error"].startswith(f"Prometheus at {down.settings.url}: Client")
+    assert len(cluster["utilization"]) == len(cluster["timestamps"]) >= 2
+    assert cluster["utilization"][-1] is not None
+    # not asked again so soon: the same error, from memory, for the node too
+    assert node["source"] == "memory" and node["error"] == cluster["error"]
+    assert node["range"] == "7d" and len(node["devices"]) == 8
+    assert all(len(d["utilization"]) == len(node["timestamps"]) >= 2
+               for d in node["devices"].values())
+    assert slow_status == 200 and late["source"] == "memory"
+    assert late["error"] == f"Prometheus at {slow.settings.url} did not answer within 0.5 s"
+
+
+def test_prometheus_errors_and_headers_reach_the_answer():
+    seen: list[dict[str, str]] = []
+
+    async def refuse(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({"status": "error", "errorType": "bad_data",
+                                  "error": "1:1: parse error"}, status=400)
+
+    async def scenario() -> dict:
+        app = web.Application()
+        app.router.add_post("/api/v1/query_range", refuse)
+        async with TestServer(app) as server:
+            history, error = configured(
+                {"RAY_PROMETHEUS_HOST": str(server.make_url("/")),
+                 "RAY_PROMETHEUS_HEADERS": '[["Authorization", "Bearer x"], ["X-Org", "7"]]'},
+                session_name=THIS)
+            assert error == "" and history is not None
+            api = _api(history)
+            async with TestClient(TestServer(build_app(api))) as client:
+                reply = await client.get("/accelerators/api/history", params={"uuid": "GPU-1"})
+                return await reply.json()
+
+    body = asyncio.run(scenario())
+    assert body["source"] == "memory" and body["scope"] == "device"
+    assert "refused a query (HTTP 400): 1:1: parse error" in body["error"]
+    assert seen and seen[0]["Authorization"] == "Bearer x" and seen[0]["X-Org"] == "7"
+
+
+def test_unusable_settings_and_bad_requests_change_nothing():
+    history, error = configured({"RAY_PROMETHEUS_HOST": "http://p:9090",
+                                 "RAY_PROMETHEUS_HEADERS": '{"a": 1}'})
+    assert history is None and "RAY_PROMETHEUS_HEADERS must be" in error
+    assert configured({}) == (None, "")
+    assert configured({"RAY_PROMETHEUS_HOST": "p:9090"})[0] is None
+    api = _api(None, error=error)
+    answers = asyncio.run(_get_all(api, {}, {"range": "2h"}, {"uuid": "GPU-1", "job_id": "01"},
+                                   {"uuid": "GPU 1"}, {"node_id": NODE}))
+    (status, body), *bad, (unknown, _) = answers
+    assert status == 200 and body["source"] == "memory" and body["error"] == error
+    assert [(s, b["error"].split(";")[0].split(":")[0]) for s, b in bad] == [
+        (400, "range must be one of 1h, 6h, 24h, 7d, got '2h'"),
+        (400, "give at most one of node_id, uuid, job_id"),
+        (400, "malformed device uuid 'GPU 1'")]
+    assert unknown == 404  # in memory only, an unknown node has no series
