@@ -17,6 +17,7 @@ from typing import Any
 
 from ..exporter import catalog as m
 from ..exporter.node_view import HARMFUL_THROTTLE_REASONS
+from . import transfers_view
 
 # Device health, worst first.
 DOWN, STALE, WARNING, OK = "down", "stale", "warning", "ok"
@@ -25,7 +26,8 @@ NODE_OK, NODE_STALE, NODE_UNREACHABLE, NODE_WAITING = "ok", "stale", "unreachabl
 SEVERITIES = ("critical", "warning", "info")
 FINDING_KINDS = ("device_down", "node_unreachable", "node_stale", "device_stale",
                  "idle_allocation", "throttling", "ecc_uncorrected", "row_remap", "xid",
-                 "pcie_downtrained", "link_down", "fabric_unhealthy", "spinning")
+                 "pcie_downtrained", "link_down", "fabric_unhealthy", "spinning",
+                 "collective_stall", *transfers_view.FINDING_KINDS)
 # A lower PCIe generation than the maximum only counts as downtrained on a busy device:
 # an idle device drops its link speed to save power (grafana/thresholds.py uses the same).
 PCIE_BUSY_UTILIZATION = 0.10
@@ -80,6 +82,7 @@ class ClusterView:
     tasks: dict[str, str] = field(default_factory=dict)  # task id -> unit key
     node_history: dict[str, float | None] = field(default_factory=dict)  # history keys
     encoded: dict[str, bytes] = field(default_factory=dict)  # answers encoded once
+    transfers: transfers_view.TransfersView = field(default_factory=transfers_view.TransfersView)
 
 
 def _finding(kind: str, severity: str, node: NodeState, message: str,
@@ -175,6 +178,11 @@ def device_findings(node: NodeState, device: dict[str, Any]) -> list[dict[str, A
         found.append(_finding("link_down", "warning", node,
                               f"{name}: {len(down_links)} link(s) down: {', '.join(down_links)}",
                               device, links=down_links))
+    if device["collective_suspected_stall"]:
+        found.append(_finding("collective_stall", "critical", node,
+                              f"{name}: suspected hung collective (busy, its interconnect "
+                              "counters flat, no real compute, for the detection window)", device,
+                              holders=[h["ray_actor_id"] or h["pid"] for h in device["holders"]]))
     for holder in device["holders"]:
         who = holder["actor_class"] or holder["task_name"] or f"pid {holder['pid']}"
         details = {"pid": holder["pid"], "ray_job_id": holder["ray_job_id"],
@@ -501,6 +509,8 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
         node_history.update(part.history)
         heatmap.append({"node_id": node_id, "hostname": node.hostname, "status": status,
                         "nvlink_domain": part.nvlink_domain, "devices": part.cells})
+    transfers = transfers_view.build_transfers(by_id, units, now)
+    findings.extend(transfers.findings)
     rank = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (rank[f["severity"]], f["kind"], f["node_id"],
                                  f["device_index"]))
@@ -530,7 +540,7 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
         jobs=_jobs(units), units=units,
         actors={u["actor_id"]: k for k, u in units.items() if u["actor_id"]},
         tasks={u["task_id"]: k for k, u in units.items() if u["task_id"]},
-        node_history=node_history,
+        node_history=node_history, transfers=transfers,
     )
 
 

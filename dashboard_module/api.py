@@ -137,6 +137,7 @@ class AcceleratorsApi:
             (re.compile(r"^actors/([^/]+)$"), self.actor),
             (re.compile(r"^tasks/([^/]+)$"), self.task),
             (re.compile(r"^findings$"), self.findings),
+            (re.compile(r"^transfers$"), self.transfers),
             (re.compile(r"^history$"), self.history),
         ]
 
@@ -328,6 +329,18 @@ class AcceleratorsApi:
                  and (node_id is None or f["node_id"] == node_id)]
         return json_response({"generated_at": view.generated_at, "total": len(found),
                               "offset": offset, "findings": found[offset:offset + limit]})
+
+    def transfers(self, request: web.Request) -> web.Response:
+        """The cluster's RDT transfers (transfers_view.py), of one job or node when asked."""
+        params = _params(request, frozenset({"job_id", "node_id"}))
+        job_id, node_id = params.get("job_id"), params.get("node_id")
+        if job_id is not None:
+            _check_id("job", job_id)
+        if node_id is not None:
+            _check_id("node", node_id)
+        view = self._view()
+        return json_response(view.transfers.answer(
+            job_id, node_id, (f for f in view.findings if f["kind"] == "collective_stall")))
 
     async def history(self, request: web.Request) -> web.Response:
         """Series of the cluster, a node, a device or a job over `range` (1h, 6h, 24h, 7d)."""

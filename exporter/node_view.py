@@ -19,6 +19,7 @@ from typing import Any
 
 from . import catalog as m
 from .attribution.join import WHOLE
+from .node_transfers import from_snapshot, from_summary
 
 # Throttle reasons that mean trouble (slowdowns), as opposed to idle or app clocks.
 HARMFUL_THROTTLE_REASONS = frozenset({
@@ -208,6 +209,7 @@ def reduce_snapshot(doc: Any) -> dict[str, Any]:
                 "knows_allocations": any("holders" in d for d in doc["devices"]),
             },
             "devices": [_device(d) for d in doc["devices"]],
+            "transfers": from_snapshot(doc.get("transfers"), float(doc.get("taken_at") or 0.0)),
         }
     except (AttributeError, TypeError, ValueError) as error:
         raise NotASnapshot(f"malformed snapshot: {error}") from error
@@ -251,6 +253,7 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
             "attribution": {"age_s": None, "sources": [],
                             "knows_allocations": bool(doc.get("knows_allocations"))},
             "devices": devices,
+            "transfers": from_summary(doc.get("transfers")),
         }
     except (AttributeError, TypeError, ValueError) as error:
         raise NotASnapshot(f"malformed summary: {error}") from error

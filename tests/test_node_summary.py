@@ -13,6 +13,7 @@ import pytest
 from agent_process import AgentProcess
 from aiohttp.test_utils import TestClient, TestServer
 from test_dashboard_api import TOKEN, _set, doctored
+from test_dashboard_transfers_view import abort, head_snapshot, transfer_tasks
 
 from ray_accel.dashboard_module.aggregate import NodeState, build_view
 from ray_accel.dashboard_module.api import AcceleratorsApi
@@ -112,7 +113,8 @@ def test_summary_is_guarded_like_the_snapshot(tmp_path):
 
 def _view_parts(view) -> dict:
     return {"summary": view.summary, "heatmap": view.heatmap, "findings": view.findings,
-            "health": view.health, "jobs": view.jobs, "units": view.units}
+            "health": view.health, "jobs": view.jobs, "units": view.units,
+            "transfers": view.transfers.answer()}
 
 
 def test_summary_and_snapshot_of_one_cycle_agree(template):
@@ -122,6 +124,10 @@ def test_summary_and_snapshot_of_one_cycle_agree(template):
     for engine, ratio in (("sm", 0.0312), ("graphics", 0.9871)):
         _set(doc["devices"][0]["values"], "ray.accelerator.activity", {"engine": engine}, ratio)
     _set(doc["devices"][0]["values"], "ray.accelerator.device.spinning", {}, 1)
+    # and transfers (one stalled, one not, a recent abort) and a suspected hung collective
+    doc["transfers"] = head_snapshot(transfer_tasks(0, 12) + transfer_tasks(1, 2),
+                                     (abort(6, 60),))["transfers"]
+    doc["devices"][3]["collective_suspected_stall"] = True
     body, _ = encode(summary_document(doc))
     summary = json.loads(body)
     assert summary["devices"][0]["holders"][0]["spinning"] is True
@@ -141,7 +147,10 @@ def test_summary_and_snapshot_of_one_cycle_agree(template):
     one = build_view([NodeState(node_id(1), "u", "h", data=full)], 5, now=now)
     other = build_view([NodeState(node_id(1), "u", "h", data=compact)], 5, now=now)
     assert {f["kind"] for f in one.findings} >= {"device_down", "idle_allocation", "xid",
-                                                 "link_down", "ecc_uncorrected"}
+                                                 "link_down", "ecc_uncorrected",
+                                                 "transfer_stalled", "transfer_aborted",
+                                                 "collective_stall"}
+    assert len(one.transfers.transfers) == 2
     assert_agree(_view_parts(one), _view_parts(other))
 
 

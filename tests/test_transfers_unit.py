@@ -120,6 +120,10 @@ def test_aborts_count_stalled_transfers_that_ended_with_both_actors_dead():
     tracker.settle({PRODUCER: "DEAD", CONSUMER: "ALIVE"}, NOW + 1)  # not yet both
     tracker.settle({PRODUCER: "DEAD", CONSUMER: "DEAD"}, NOW + 2)
     assert tracker.aborts == {"01000000": 1}
+    (abort,) = tracker.recent  # kept with both its calls, its age and when it was counted
+    assert (abort.job_id, abort.source.actor_id, abort.destination.actor_id) == (
+        "01000000", PRODUCER, CONSUMER)
+    assert abort.age_s == stalled[0].age_s and abort.at == NOW + 2
     # A stalled transfer that completed (actors alive) is let go, not counted
     tracker.update(stalled, NOW + 3)
     tracker.update((), NOW + 4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .transfers import SystemCall, Transfer
+from .transfers import Abort, SystemCall, Transfer
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +90,7 @@ class Attribution:
     transfers: tuple[Transfer, ...] = ()
     pairs_transfers: bool = False
     transfer_aborts: Mapping[str, int] = field(default_factory=dict)
+    recent_aborts: tuple[Abort, ...] = ()  # the latest counted, with both their calls
 
     @property
     def knows_allocations(self) -> bool:

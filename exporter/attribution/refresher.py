@@ -30,6 +30,7 @@ from .slots import VENDOR_RESOURCES
 from .transfers import (
     DEFAULT_REPORT_AFTER_S,
     DEFAULT_STALL_AFTER_S,
+    Abort,
     AbortTracker,
     ActorTask,
     SystemCall,
@@ -68,6 +69,11 @@ def _nameless_transfers(transfers: tuple[Transfer, ...]) -> tuple[Transfer, ...]
     return tuple(replace(t, source=replace(t.source, task=_unnamed(t.source.task)),
                          destination=replace(t.destination, task=_unnamed(t.destination.task)))
                  for t in transfers)
+
+
+def _nameless_aborts(aborts: tuple[Abort, ...]) -> tuple[Abort, ...]:
+    return tuple(replace(a, source=_unnamed(a.source), destination=_unnamed(a.destination))
+                 for a in aborts)
 
 
 class AttributionRefresher:
@@ -154,11 +160,14 @@ class AttributionRefresher:
                      if pairs else ())
         if pairs:
             self._count_aborts(sources, transfers)
+        aborts = tuple(self._aborts.recent)
         if not self._names:
             calls, transfers = _nameless(calls), _nameless_transfers(transfers)
+            aborts = _nameless_aborts(aborts)
         return replace(attribution, sources=(*attribution.sources, SourceStatus(TRANSFERS, True)),
                        rdt_calls=self._admitted(calls), transfers=transfers,
-                       pairs_transfers=pairs, transfer_aborts=dict(self._aborts.aborts))
+                       pairs_transfers=pairs, transfer_aborts=dict(self._aborts.aborts),
+                       recent_aborts=aborts)
 
     def _admitted(self, calls: tuple[SystemCall, ...]) -> tuple[SystemCall, ...]:
         # Their task ids are labels too: the same cardinality guard applies.

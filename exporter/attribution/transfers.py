@@ -24,6 +24,7 @@ keeps it in the driver's memory), so it is not used.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -36,6 +37,8 @@ DEFAULT_STALL_AFTER_S = 10.0
 DEFAULT_REPORT_AFTER_S = 1.0
 DEFAULT_PAIR_WINDOW_S = 0.5
 _MAX_DEAD_ACTORS = 10_000
+# How many of the latest aborts the tracker keeps with both their actors.
+MAX_RECENT_ABORTS = 20
 # Task states in which an actor task has not finished.
 _DONE = frozenset({"FINISHED", "FAILED"})
 
@@ -239,6 +242,18 @@ def grouped(transfers: Iterable[Transfer],
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """A stalled transfer that ended with both actors dead: its two calls, its age when
+    last seen in flight, and when it was counted (Unix seconds)."""
+
+    job_id: str
+    source: ActorTask
+    destination: ActorTask
+    age_s: float
+    at: float
+
+
 class AbortTracker:
     """Counts stalled transfers that ended with both actors dead (how Ray aborts them).
 
@@ -251,9 +266,10 @@ class AbortTracker:
 
     def __init__(self, settle_s: float = 15.0) -> None:
         self.settle_s = settle_s
-        self._stalled: dict[str, tuple[str, str, str]] = {}  # send task id -> (job, src, dst)
-        self._ended: dict[str, tuple[tuple[str, str, str], float]] = {}  # ... and give-up time
+        self._stalled: dict[str, Transfer] = {}  # send task id -> the stalled transfer
+        self._ended: dict[str, tuple[Transfer, float]] = {}  # ... and its give-up time
         self.aborts: dict[str, int] = {}  # job id -> count
+        self.recent: deque[Abort] = deque(maxlen=MAX_RECENT_ABORTS)  # the latest, oldest first
         # Actors found dead after a stall. Calls Ray still sends them (it destroys their
         # collective group with `__ray_call__`s to both) are no transfers; an actor pair
         # is aborted once. Insertion-ordered, so the oldest are forgotten first.
@@ -273,16 +289,20 @@ class AbortTracker:
         for task_id, transfer in current.items():
             self.aborts.setdefault(transfer.job_id, 0)  # the counter exists before its first
             if transfer.stalled:
-                self._stalled[task_id] = (transfer.job_id, transfer.source.actor_id,
-                                          transfer.destination.actor_id)
-        return {actor for (_, src, dst), _ in self._ended.values() for actor in (src, dst)}
+                self._stalled[task_id] = transfer
+        return {end.actor_id for transfer, _ in self._ended.values()
+                for end in (transfer.source, transfer.destination)}
 
     def settle(self, actor_states: Mapping[str, str], now: float) -> None:
         """Counts ended transfers whose two actors are dead; forgets those past their time."""
-        for task_id, ((job_id, src, dst), give_up_at) in list(self._ended.items()):
+        for task_id, (transfer, give_up_at) in list(self._ended.items()):
+            job_id = transfer.job_id
+            src, dst = transfer.source.actor_id, transfer.destination.actor_id
             if actor_states.get(src) == "DEAD" and actor_states.get(dst) == "DEAD":
                 if src not in self._dead or dst not in self._dead:
                     self.aborts[job_id] = self.aborts.get(job_id, 0) + 1
+                    self.recent.append(Abort(job_id, transfer.source.task,
+                                             transfer.destination.task, transfer.age_s, now))
                 for actor in (src, dst):
                     self._dead[actor] = None
                 while len(self._dead) > _MAX_DEAD_ACTORS:

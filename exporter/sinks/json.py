@@ -125,6 +125,9 @@ def transfers_document(snapshot: NodeSnapshot) -> dict[str, Any]:
         "pairs_transfers": attribution.pairs_transfers,
         "transfers": [_transfer(t, devices) for t in attribution.transfers],
         "aborts": dict(attribution.transfer_aborts),
+        "recent_aborts": [{"job_id": a.job_id, "age_s": a.age_s, "at": a.at,
+                           "source": _task(a.source), "destination": _task(a.destination)}
+                          for a in attribution.recent_aborts],
     }
 
 

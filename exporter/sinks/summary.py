@@ -5,6 +5,8 @@ The summary is the dashboard's reduced form of this cycle's snapshot document
 heatmap, findings, workloads) and rounded to the resolution they show, so it
 changes only when something a cluster view shows changes. It is a pure function
 of the snapshot document: a summary and a full snapshot of the same cycle agree.
+The agent that pairs the cluster's RDT transfers carries them too, compactly
+and bounded in count (exporter/node_transfers.py).
 The cycle number and the time it was taken are not part of it (they change every
 cycle); the agent sends them as response headers, with the content's version as
 the ETag.
@@ -20,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from ..model import NodeSnapshot
+from ..node_transfers import is_empty
 from ..node_view import CYCLE_HEADER, SUMMARY_KIND, TAKEN_AT_HEADER, reduce_snapshot
 from .json import snapshot_document
 
@@ -34,6 +37,7 @@ DEVICE_FIELDS: dict[str, float | None] = {
     "throttle_reasons": None, "pcie": None, "ecc_uncorrected": None,
     "row_remap_pending": None, "row_remap_failure": None, "xid_errors": None,
     "fabric": None, "holders": None, "processes": None, "allocated": None, "spinning": None,
+    "collective_suspected_stall": None,
 }
 ACTIVITY_STEP = 0.01
 AGE_STEP_S = 1.0
@@ -84,6 +88,8 @@ def summary_document(snapshot_doc: dict[str, Any]) -> dict[str, Any]:
         "knows_allocations": reduced["attribution"]["knows_allocations"],
         "devices": [_device(d) for d in reduced["devices"]],
     }
+    if not is_empty(reduced["transfers"]):  # the cluster's transfers, on the pairing agent
+        body["transfers"] = reduced["transfers"]
     body["version"] = content_version(body)
     return body
 

@@ -1,0 +1,248 @@
+"""The Transfers view of the Accelerators tab: the node summary's compact transfers and the
+head's cluster-wide view, its findings and its endpoint.
+
+Input: node snapshots built by the agent's own code (pairing of hand-made State API
+tasks, the snapshot document, the summary), served over real HTTP by fake agents
+where the collector and the API take part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from ray_accel.dashboard_module.aggregate import NodeState, build_view
+from ray_accel.dashboard_module.api import AcceleratorsApi
+from ray_accel.dashboard_module.collector import Collector
+from ray_accel.dashboard_module.fleet import FleetServer, node_id
+from ray_accel.dashboard_module.standalone import build_app
+from ray_accel.dashboard_module.transfers_view import ABORT_WINDOW_S
+from ray_accel.exporter import catalog as m
+from ray_accel.exporter.attribution.model import Attribution, Holder, RayIdentity, SourceStatus
+from ray_accel.exporter.attribution.transfers import Abort, ActorTask, pair_transfers
+from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, Reading, labels_of
+from ray_accel.exporter.node_transfers import MAX_LISTED
+from ray_accel.exporter.node_view import reduce_snapshot, reduce_summary
+from ray_accel.exporter.sinks.json import snapshot_document
+from ray_accel.exporter.sinks.summary import encode, summary_document
+
+NOW = time.time()
+JOB, OTHER_JOB = "01000000", "02000000"
+HEAD, WORKER = node_id(0), node_id(1)
+TOKEN = "transfers-token"
+
+
+def actor(kind: str, number: int) -> str:
+    return f"{kind}{number:031x}"
+
+
+def transfer_tasks(number: int, age: float, job: str = JOB) -> list[ActorTask]:
+    """One transfer as the State API shows it: the send running on the producer (head
+    node), the receive pending on the consumer (no node yet), its consuming task running
+    on the worker node."""
+    t0 = NOW - age
+    parent = f"{number:040x}{job}"
+    producer, consumer = actor("a", number), actor("b", number)
+
+    def call(task_id: str, who: str, name: str, node: str, started: float | None,
+             created: float = t0) -> ActorTask:
+        return ActorTask(task_id=f"{task_id}{number:044x}", name=name,
+                         state="RUNNING" if started else "PENDING_ACTOR_TASK_ORDERING",
+                         job_id=job, actor_id=who, parent_task_id=parent, node_id=node,
+                         pid=100 + number, created_at=created, started_at=started)
+
+    return [call("5e4d", producer, "Producer.__ray_call__", HEAD, t0),
+            call("4ecf", consumer, "Consumer.__ray_call__", "", None),
+            call("c045", consumer, "Consumer.consume", WORKER, t0, t0 - 0.003)]
+
+
+def device(uuid: str, index: str) -> DeviceSample:
+    return DeviceSample(Device("nvidia", index, uuid, "NVIDIA H200"), True, NOW, readings=(
+        Reading(m.GPU_UTILIZATION, 0.0, labels_of({"task": "general"})),))
+
+
+def holder(actor_id: str, actor_class: str) -> tuple[Holder, ...]:
+    return (Holder(RayIdentity(pid=7, job_id=JOB, actor_id=actor_id, actor_class=actor_class),
+                   1.0),)
+
+
+def head_snapshot(tasks: list[ActorTask], aborts: tuple[Abort, ...] = (),
+                  collective_stall: bool = False) -> dict:
+    """The head node's snapshot document: GPU 0 held by producer 0, the pairing agent."""
+    transfers = pair_transfers(tasks, NOW, stall_after_s=10)
+    attribution = Attribution(
+        node_id=HEAD, sources=(SourceStatus("raylet", True),), transfers=transfers,
+        pairs_transfers=True, transfer_aborts={JOB: len(aborts), OTHER_JOB: 0},
+        recent_aborts=aborts, refreshed_at=NOW)
+    return snapshot_document(NodeSnapshot(
+        cycle=1, taken_at=NOW, interval_s=1, node_labels={}, backends=(),
+        devices=(device("GPU-head-0", "0"),), attribution=attribution,
+        holders={"GPU-head-0": holder(actor("a", 0), "Producer")},
+        collective_stalls={"GPU-head-0": collective_stall}))
+
+
+def worker_snapshot() -> dict:
+    """The worker node: its GPU 3 held by consumer 0; it pairs nothing."""
+    attribution = Attribution(node_id=WORKER, sources=(SourceStatus("raylet", True),),
+                              refreshed_at=NOW)
+    return snapshot_document(NodeSnapshot(
+        cycle=1, taken_at=NOW, interval_s=1, node_labels={}, backends=(),
+        devices=(device("GPU-worker-3", "3"),), attribution=attribution,
+        holders={"GPU-worker-3": holder(actor("b", 0), "Consumer")}))
+
+
+def abort(number: int, ago: float) -> Abort:
+    send, recv, _ = transfer_tasks(number, 30)
+    return Abort(JOB, send, recv, age_s=25.0, at=NOW - ago)
+
+
+def summary_of(doc: dict) -> dict:
+    return json.loads(encode(summary_document(doc))[0])
+
+
+def nodes(head: dict, worker: dict) -> list[NodeState]:
+    return [NodeState(HEAD, "u0", "head-host", data=head),
+            NodeState(WORKER, "u1", "worker-host", data=worker)]
+
+
+def test_the_summary_lists_the_oldest_transfers_and_counts_the_rest():
+    tasks = [t for n in range(120) for t in transfer_tasks(n, 5 + n / 10)]  # 50 stalled (>10 s)
+    doc = head_snapshot(tasks)
+    assert len(doc["transfers"]["transfers"]) == 120
+    summary = summary_of(doc)
+    compact = summary["transfers"]
+    assert len(compact["transfers"]) == MAX_LISTED and compact["dropped"] == 120 - MAX_LISTED
+    assert compact["by_job"][JOB]["in_flight"] == 120  # the counts cover every transfer
+    assert compact["by_job"][JOB]["stalled"] == sum(t["stalled"] for t in
+                                                    doc["transfers"]["transfers"]) == 69
+    ages = [NOW - t["since"] for t in compact["transfers"]]
+    assert ages == sorted(ages, reverse=True) and min(ages) > 5 + 69 / 10  # the oldest kept
+    assert compact["aborts"] == {}  # jobs without an abort are left out
+    assert compact["pairs"] is True
+    # bounded: 120 or 12,000 transfers cost the summary the same
+    many = summary_of(head_snapshot([t for n in range(1200) for t in transfer_tasks(n, 20)]))
+    assert len(json.dumps(many)) < len(json.dumps(summary)) * 1.05
+    assert many["transfers"]["dropped"] == 1200 - MAX_LISTED
+    # the same cycle's summary and full snapshot agree
+    assert reduce_summary(summary)["transfers"] == reduce_snapshot(doc)["transfers"]
+    # a node without transfers carries none
+    assert "transfers" not in summary_of(worker_snapshot())
+
+
+def test_the_view_names_both_ends_with_their_nodes_and_devices():
+    head = reduce_snapshot(head_snapshot(transfer_tasks(0, 12) + transfer_tasks(1, 2)))
+    view = build_view(nodes(head, reduce_snapshot(worker_snapshot())), 5, now=NOW + 1)
+    transfers = view.transfers
+    stalled, healthy = transfers.transfers
+    assert stalled["stalled"] and not healthy["stalled"]
+    assert abs(stalled["age_s"] - 13) < 0.01 and abs(healthy["age_s"] - 3) < 0.01
+    source, destination = stalled["source"], stalled["destination"]
+    assert (source["actor_class"], source["node_id"], source["hostname"]) == (
+        "Producer", HEAD, "head-host")
+    assert [(d["uuid"], d["index"]) for d in source["devices"]] == [("GPU-head-0", "0")]
+    # the receive has no node yet: its actor's devices say where it is
+    assert (destination["actor_class"], destination["node_id"], destination["hostname"]) == (
+        "Consumer", WORKER, "worker-host")
+    assert [(d["uuid"], d["index"], d["node_id"]) for d in destination["devices"]] == [
+        ("GPU-worker-3", "3", WORKER)]
+    assert destination["state"].startswith("PENDING")
+    # an end whose actor holds no device anywhere: its node, no devices
+    other = healthy["destination"]
+    assert other["devices"] == [] and other["node_id"] == ""
+    job = transfers.by_job[JOB]
+    assert (job["in_flight"], job["stalled"], round(job["oldest_age_s"])) == (2, 1, 13)
+    (finding,) = [f for f in view.findings if f["kind"] == "transfer_stalled"]
+    assert finding["severity"] == "critical" and finding["node_id"] == HEAD
+    for words in ("13 s", "Producer", "Consumer", "head-host", "worker-host", "#0", "#3", JOB):
+        assert words in finding["message"], finding["message"]
+    assert finding["details"]["destination"]["actor_id"] == actor("b", 0)
+    assert view.summary["findings"]["by_kind"]["transfer_stalled"] == 1
+    # one node's or one job's share
+    answer = transfers.answer(node_id=WORKER)
+    assert [t["source"]["task_id"] for t in answer["transfers"]] == [
+        stalled["source"]["task_id"]]
+    assert (answer["in_flight"], answer["stalled"]) == (1, 1)
+    assert transfers.answer(job_id=OTHER_JOB)["transfers"] == []
+    assert transfers.answer()["pairing_nodes"] == [{"node_id": HEAD, "hostname": "head-host"}]
+
+
+def test_recent_aborts_and_suspected_collectives_are_findings():
+    aborts = (abort(5, ABORT_WINDOW_S * 2), abort(6, 60))
+    head = reduce_snapshot(head_snapshot([], aborts, collective_stall=True))
+    view = build_view(nodes(head, reduce_snapshot(worker_snapshot())), 5, now=NOW)
+    listed = view.transfers.aborts
+    assert [round(a["ago_s"]) for a in listed] == [60, ABORT_WINDOW_S * 2]  # newest first
+    (finding,) = [f for f in view.findings if f["kind"] == "transfer_aborted"]
+    assert finding["severity"] == "warning"
+    assert "60 s ago" in finding["message"] and "stalled for 25 s" in finding["message"]
+    assert finding["details"]["source"]["actor_id"] == actor("a", 6)
+    assert view.transfers.by_job[JOB]["aborts"] == 2
+    assert OTHER_JOB not in view.transfers.by_job  # no abort, nothing in flight
+    (stall,) = [f for f in view.findings if f["kind"] == "collective_stall"]
+    assert stall["device_uuid"] == "GPU-head-0" and stall["severity"] == "critical"
+    assert view.health["GPU-head-0"] == "warning"
+    answer = view.transfers.answer(collective_stalls=[stall])
+    assert answer["collective_stalls"] == [stall] and answer["in_flight"] == 0
+
+
+def test_two_pairing_agents_count_each_transfer_once():
+    doc = reduce_snapshot(head_snapshot(transfer_tasks(0, 12)))
+    twin = NodeState(WORKER, "u1", "worker-host", data=doc)
+    view = build_view([NodeState(HEAD, "u0", "head-host", data=doc), twin], 5, now=NOW)
+    assert len(view.transfers.transfers) == 1
+    assert view.transfers.by_job[JOB]["in_flight"] == 1
+    assert len(view.transfers.answer()["pairing_nodes"]) == 2
+
+
+def test_the_endpoint_over_real_agents_summaries():
+    summaries = {0: encode(summary_document(head_snapshot(transfer_tasks(0, 12)))),
+                 1: encode(summary_document(worker_snapshot()))}
+
+    async def scenario() -> None:
+        async with FleetServer(lambda n: None, summaries=summaries.get) as fakes:
+            async def discover():
+                return [fakes.target(0), fakes.target(1)]
+
+            collector = Collector(discover, refresh_s=1, fetch_timeout_s=2)
+            api = AcceleratorsApi(collector, "standalone")
+            client = TestClient(TestServer(build_app(api, TOKEN)))
+            await client.start_server()
+            try:
+                await collector.refresh()
+                auth = {"Authorization": f"Bearer {TOKEN}"}
+
+                async def get(params: dict) -> tuple[int, dict]:
+                    reply = await client.get("/accelerators/api/transfers", headers=auth,
+                                             params=params)
+                    return reply.status, await reply.json()
+
+                status, body = await get({})
+                assert status == 200, body
+                (transfer,) = body["transfers"]
+                assert transfer["stalled"] and transfer["source"]["hostname"] == "host-0"
+                assert transfer["destination"]["devices"][0]["index"] == "3"
+                assert body["by_job"] == [{"job_id": JOB, "in_flight": 1, "stalled": 1,
+                                           "oldest_age_s": body["by_job"][0]["oldest_age_s"],
+                                           "aborts": 0}]
+                assert body["by_job"][0]["oldest_age_s"] >= 12
+                status, body = await get({"job_id": OTHER_JOB})
+                assert status == 200 and body["transfers"] == [] and body["in_flight"] == 0
+                status, body = await get({"node_id": node_id(1)})
+                assert status == 200 and len(body["transfers"]) == 1
+                for params, words in [({"job_id": "zz"}, "malformed job id"),
+                                      ({"node_id": "x"}, "malformed node id"),
+                                      ({"since": "1"}, "unknown query parameter")]:
+                    status, body = await get(params)
+                    assert status == 400 and words in body["error"], body
+                findings = await (await client.get(
+                    "/accelerators/api/findings", headers=auth,
+                    params={"kind": "transfer_stalled"})).json()
+                assert findings["total"] == 1
+            finally:
+                await client.close()
+                await collector.stop()
+
+    asyncio.run(scenario())
