@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pynvml
 import pytest
+
+# The helpers the test modules share (agent processes, Ray clusters, Prometheus...).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+
 from nvml_session import shutdown_all
 
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
