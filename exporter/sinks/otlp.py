@@ -3,8 +3,8 @@
 Every export reads the store's latest snapshot (never a vendor library) and
 sends each catalog metric under its catalog name, unit and description. The
 data points are the very series the Prometheus endpoint renders for that
-snapshot (`snapshot_families`), so attributes and values match it one for one;
-counters are cumulative sums, info metrics gauges of 1. The node's identity is
+snapshot (both read sinks/series.py), so attributes and values match it one for
+one; counters are cumulative sums, info metrics gauges of 1. The node's identity is
 also put on the resource: `host.name`, `ray.node.id`, `ray.accelerator.simulated`.
 
 The points are built per export instead of going through SDK observable
@@ -39,7 +39,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from ..catalog import CATALOG, Kind
+from ..catalog import Kind
 from ..model import NodeSnapshot
 from .otlp_settings import (  # noqa: F401 - re-exported for callers of the sink
     DEFAULT_INTERVAL_S,
@@ -49,7 +49,7 @@ from .otlp_settings import (  # noqa: F401 - re-exported for callers of the sink
     OtlpSettings,
     otlp_settings,
 )
-from .prometheus import snapshot_families
+from .series import snapshot_series
 
 if TYPE_CHECKING:
     from ..extensions import AgentHandle
@@ -88,19 +88,16 @@ def node_resource(snapshot: NodeSnapshot) -> Resource:
 
 def snapshot_metrics(snapshot: NodeSnapshot, start_time_ns: int) -> list[Metric]:
     """Every catalog metric present in the snapshot, with the Prometheus endpoint's series."""
-    families = {family.name: family for family in snapshot_families(snapshot)}
+    series = snapshot_series(snapshot)
     taken_ns = int(snapshot.taken_at * 1e9)
     metrics = []
-    for spec in CATALOG:
-        family = families.get(spec.prometheus_family)
-        if family is None:
-            continue
+    for spec, rows in series.in_catalog_order():
         counter = spec.kind is Kind.COUNTER
+        start_ns = start_time_ns if counter else 0
         points = [
-            NumberDataPoint(attributes=dict(sample.labels),
-                            start_time_unix_nano=start_time_ns if counter else 0,
-                            time_unix_nano=taken_ns, value=float(sample.value))
-            for sample in family.samples if sample.name == spec.prometheus_name
+            NumberDataPoint(attributes=labels, start_time_unix_nano=start_ns,
+                            time_unix_nano=taken_ns, value=value)
+            for labels, value in series.samples(spec, rows)
         ]
         data = (Sum(points, AggregationTemporality.CUMULATIVE, is_monotonic=True) if counter
                 else Gauge(points))
