@@ -17,7 +17,7 @@ from typing import Any
 
 from ray_accel.exporter.simulate import SimulatedHardware
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from agent_process import AgentProcess
 
 AGENT_ARGS = ("--backend", "nvidia")
