@@ -1,0 +1,211 @@
+"""A synthetic fleet's agents in a process of their own, for benchmarks and scale tests.
+
+    python -m ray_accel.dashboard_module.fleet_agents NODES [--change F] [--down-every K]
+                                                     [--spread]
+
+Serves NODES fake agents (summaries with ETags and 304s, full snapshots for the
+node page) made from one real snapshot of the simulated 8x H200 node, until its
+stdin closes; prints one JSON line first: the URL and the body sizes. In a process
+of its own, the head that fetches from it is measured (or tested) alone.
+
+- `--change F`: every refresh interval a share F of the nodes gets a new summary
+  (1 W more on its first device, as power readings would make).
+- `--down-every K`: every K-th node (0, K, 2K, ...) has one device that does not
+  answer (device n mod 8 of node n), in its summary and its snapshot alike.
+- `--spread`: nodes sit in racks of 16 (each its own NVLink domain) and three node
+  pools, and their devices' utilization in the summaries varies from node to node;
+  the full snapshots keep the template's values (only placement and utilization,
+  which the overview groups and colours by, are varied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import random
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..exporter.sinks.summary import content_version, encode
+from .collector import AgentTarget
+from .fleet import Fleet, FleetServer, node_id
+
+REFRESH_S = 5.0
+RACK_SIZE = 16
+NODE_POOLS = ("h200-train", "h200-serve", "h200-batch")
+
+
+def template_document(scenario: str = "hgx-h200") -> dict[str, Any]:
+    """One snapshot document of a simulated node, as its agent serves it."""
+    from ..exporter.backends.nvidia import NvidiaBackend
+    from ..exporter.sampler import Sampler
+    from ..exporter.simulate import SimulatedHardware
+    from ..exporter.sinks.json import snapshot_document
+    from ..exporter.store import SnapshotStore
+
+    hardware = SimulatedHardware.start(scenario)
+    hardware.activate()
+    sampler = Sampler([NvidiaBackend()], SnapshotStore(), interval_s=1.0)
+    sampler.run_cycle()
+    snapshot = sampler.run_cycle()
+    sampler.stop()
+    return json.loads(json.dumps(snapshot_document(snapshot)))
+
+
+def with_device_down(template: dict[str, Any], position: int) -> dict[str, Any]:
+    """A copy of `template` whose device at `position` does not answer (as an agent
+    reports a lost GPU: no values, links or processes)."""
+    doc = copy.deepcopy(template)
+    doc["devices"][position].update(up=False, values={}, links=[], processes=[],
+                                    errors={"nvmlDeviceGetHandleByIndex": "gpu_is_lost"})
+    return doc
+
+
+def spread_placement(number: int) -> dict[str, str]:
+    """Node `number`'s rack, NVLink domain and node pool in a spread fleet."""
+    rack = number // RACK_SIZE
+    return {"zone": f"zone-{rack % 3}", "region": "region-1", "rack": f"rack-{rack:04d}",
+            "slice": "", "nvlink_domain": f"nvl-{rack:04d}",
+            "node_pool": NODE_POOLS[number % len(NODE_POOLS)]}
+
+
+def _spread_summary(body: bytes, number: int) -> tuple[bytes, str]:
+    doc = json.loads(body)
+    doc["placement"] = spread_placement(number)
+    rng = random.Random(number)
+    base = rng.random()
+    for device in doc["devices"]:
+        if "utilization" in device:
+            device["utilization"] = round(min(1.0, max(0.0, base + rng.uniform(-0.2, 0.2))), 3)
+    doc["version"] = content_version(doc)
+    return encode(doc)
+
+
+@dataclass
+class FleetShape:
+    """Which nodes differ from the template, and how."""
+
+    down_every: int = 0
+    spread: bool = False
+
+    def has_down_device(self, number: int) -> bool:
+        return self.down_every > 0 and number % self.down_every == 0
+
+
+class FleetMembers:
+    """Every node's summary (kept up to date as generations change) and snapshot text."""
+
+    def __init__(self, template: dict[str, Any], nodes: int, shape: FleetShape) -> None:
+        self.shape = shape
+        self._normal = Fleet(template)
+        count = len(template.get("devices", ()))
+        self._down = [Fleet(with_device_down(template, p)) for p in range(count)]
+        self.generation = [0] * nodes
+        self.summaries = [self._summary(n) for n in range(nodes)]
+
+    def _fleet(self, number: int) -> Fleet:
+        if self.shape.has_down_device(number) and self._down:
+            return self._down[number % len(self._down)]
+        return self._normal
+
+    def _summary(self, number: int) -> tuple[bytes, str]:
+        body, etag = self._fleet(number).summary(number, self.generation[number])
+        return _spread_summary(body, number) if self.shape.spread else (body, etag)
+
+    def change(self, number: int) -> None:
+        self.generation[number] += 1
+        self.summaries[number] = self._summary(number)
+
+    def snapshot(self, number: int) -> bytes:
+        return self._fleet(number).text(number).encode()
+
+
+async def serve(nodes: int, change: float, shape: FleetShape, refresh_s: float = REFRESH_S,
+                template: dict[str, Any] | None = None) -> None:
+    """Serve `nodes` fake agents until stdin closes; prints the URL, then sizes, as JSON."""
+    members = FleetMembers(template or template_document(), nodes, shape)
+
+    async def churn() -> None:
+        rng = random.Random(7)
+        while True:
+            await asyncio.sleep(refresh_s)
+            for n in rng.sample(range(nodes), int(nodes * change)):
+                members.change(n)
+
+    async with FleetServer(members.snapshot, lambda n: members.summaries[n]) as server:
+        print(json.dumps({"url": server.url, "summary_bytes": len(members.summaries[0][0]),
+                          "snapshot_bytes": len(members.snapshot(0))}), flush=True)
+        changing = asyncio.ensure_future(churn())
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        changing.cancel()
+
+
+class FleetProcess:
+    """The fake agents of `nodes` nodes served by a child process (a context manager)."""
+
+    def __init__(self, nodes: int, change: float = 0.0, shape: FleetShape | None = None,
+                 python: str = sys.executable) -> None:
+        shape = shape or FleetShape()
+        self.nodes = nodes
+        args = [python, "-m", __name__, str(nodes), "--change", str(change),
+                "--down-every", str(shape.down_every), *(["--spread"] if shape.spread else [])]
+        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True)
+        line = self._proc.stdout.readline()
+        if not line:
+            self._proc.wait(timeout=60)
+            raise RuntimeError(f"the fake agents did not start (exit {self._proc.returncode})")
+        self.info: dict[str, Any] = json.loads(line)
+        self.url: str = self.info["url"]
+
+    def targets(self) -> list[AgentTarget]:
+        """How a collector finds every node of the fleet."""
+        return [AgentTarget(node_id(n), f"{self.url}/n/{n}", f"host-{n}")
+                for n in range(self.nodes)]
+
+    def close(self) -> None:
+        if self._proc.stdin and not self._proc.stdin.closed:
+            self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+
+    def __enter__(self) -> FleetProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def discovery(targets: list[AgentTarget]) -> Callable[[], Any]:
+    """A collector's discovery function that always finds `targets`."""
+    async def discover() -> list[AgentTarget]:
+        return targets
+    return discover
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("nodes", type=int)
+    parser.add_argument("--change", type=float, default=0.0,
+                        help="share of nodes whose summary changes each interval")
+    parser.add_argument("--down-every", type=int, default=0,
+                        help="every K-th node has one device down (0: none)")
+    parser.add_argument("--spread", action="store_true",
+                        help="racks, NVLink domains, node pools and utilization vary by node")
+    args = parser.parse_args(argv[1:])
+    if args.nodes < 1:
+        parser.error("NODES must be at least 1")
+    if not 0.0 <= args.change <= 1.0:
+        parser.error("--change must be between 0 and 1")
+    if args.down_every < 0:
+        parser.error("--down-every must be 0 or more")
+    asyncio.run(serve(args.nodes, args.change, FleetShape(args.down_every, args.spread)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,113 @@
+"""The heatmap's columns form: the same devices as the per-node form, with placement.
+
+Real input: one snapshot of the simulated 8x H200 node, copied into fleet members
+(one with a lost GPU, one with an idle holder, one in a rack and node pool of its
+own), reduced and aggregated as the head does, then served by the real API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from ray_accel.dashboard_module.aggregate import NodeState, build_view, heatmap_body
+from ray_accel.dashboard_module.api import AcceleratorsApi
+from ray_accel.dashboard_module.collector import Collector
+from ray_accel.dashboard_module.fleet import fleet_member, node_id
+from ray_accel.dashboard_module.fleet_agents import template_document, with_device_down
+from ray_accel.dashboard_module.heatmap_columns import (
+    ALLOCATED,
+    HEALTH_CODES,
+    IDLE,
+    columns_body,
+    columns_document,
+)
+from ray_accel.dashboard_module.standalone import build_app
+from ray_accel.exporter.node_view import reduce_snapshot
+
+
+@pytest.fixture(scope="module")
+def template() -> dict:
+    return template_document()
+
+
+def _idle_holder() -> dict:
+    return {"pid": 4242, "ray_job_id": "02000000", "ray_worker_id": "f" * 56,
+            "ray_actor_id": "a" * 32, "actor_class": "IdleHolder", "actor_name": "",
+            "ray_task_id": "", "task_name": "", "fraction": 1.0, "idle": True}
+
+
+def _nodes(template: dict) -> list[NodeState]:
+    docs = [fleet_member(template, 0), fleet_member(with_device_down(template, 2), 1),
+            fleet_member(template, 2)]
+    docs[2]["devices"][5].update(allocated=1.0, holders=[_idle_holder()])
+    docs[2]["placement"] = {**docs[2]["placement"], "rack": "rack-7", "node_pool": "serve"}
+    states = []
+    for number, doc in enumerate(docs):
+        doc["taken_at"] = time.time()
+        states.append(NodeState(node_id(number), "http://x", f"host-{number}",
+                                data=reduce_snapshot(copy.deepcopy(doc))))
+    return states
+
+
+def test_columns_carry_every_cell_of_the_per_node_form_and_the_placement(template):
+    view = build_view(_nodes(template), refresh_s=5)
+    doc = columns_document(view)
+    nodes, devices = doc["nodes"], doc["devices"]
+    assert nodes["node_id"] == [row["node_id"] for row in view.heatmap]
+    assert nodes["devices"] == [8, 8, 8]
+    assert sum(nodes["devices"]) == len(devices["index"]) == len(devices["health"]) == 24
+    cells = [cell for row in view.heatmap for cell in row["devices"]]
+    for at, cell in enumerate(cells):
+        assert devices["index"][at] == cell["index"]
+        assert doc["models"][devices["model"][at]] == cell["model"]
+        assert HEALTH_CODES[devices["health"][at]] == cell["health"]
+        assert [devices[k][at] for k in ("util", "mem", "power", "temp")] == [
+            cell[k] for k in ("util", "mem", "power", "temp")]
+    first = {nid: 8 * row for row, nid in enumerate(nodes["node_id"])}  # rows by node id
+    down = [at for at, code in enumerate(devices["health"]) if HEALTH_CODES[code] == "down"]
+    assert down == [first[node_id(1)] + 2]  # node 1's third device: the one it lost
+    assert devices["util"][down[0]] is None  # a lost device has no utilization, not 0
+    assert devices["flags"][first[node_id(2)] + 5] == ALLOCATED | IDLE
+    assert sum(1 for f in devices["flags"] if f & IDLE) == 1
+    racks = dict(zip(nodes["node_id"], zip(nodes["rack"], nodes["node_pool"], strict=True),
+                     strict=True))
+    assert racks == {node_id(0): ("", ""), node_id(1): ("", ""), node_id(2): ("rack-7", "serve")}
+    # the simulated H200s report their NVLink domain through the fabric
+    assert nodes["nvlink_domain"] == [row["nvlink_domain"] for row in view.heatmap]
+    assert all(nodes["nvlink_domain"])
+
+
+def test_columns_are_a_fraction_of_the_per_node_form(template):
+    view = build_view(_nodes(template), refresh_s=5)
+    columns, per_node = len(columns_body(view)), len(heatmap_body(view))
+    assert columns < per_node / 3, (columns, per_node)
+    assert columns_body(view) is columns_body(view)  # encoded once per view
+
+
+def test_the_api_serves_both_forms_and_refuses_an_unknown_one(template):
+    async def discover():
+        return []
+
+    async def ask() -> tuple[dict, dict, int, dict]:
+        collector = Collector(discover, refresh_s=5)
+        api = AcceleratorsApi(collector, "standalone")
+        async with TestClient(TestServer(build_app(api, None))) as client:
+            await collector.stop()  # no rounds: the view below is the one served
+            collector.view = build_view(_nodes(template), refresh_s=5)
+            reply = await client.get("/accelerators/api/heatmap", params={"form": "columns"})
+            assert reply.status == 200
+            columns = json.loads(await reply.read())
+            plain = await (await client.get("/accelerators/api/heatmap")).json()
+            bad = await client.get("/accelerators/api/heatmap", params={"form": "rows"})
+            return columns, plain, bad.status, await bad.json()
+
+    columns, plain, bad_status, bad = asyncio.run(ask())
+    assert columns["form"] == "columns" and sum(columns["nodes"]["devices"]) == 24
+    assert [len(row["devices"]) for row in plain["nodes"]] == [8, 8, 8]
+    assert bad_status == 400 and "form must be one of nodes, columns" in bad["error"]
