@@ -22,7 +22,6 @@ import json
 import random
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -32,29 +31,14 @@ from aiohttp.test_utils import TestServer
 from footprint import rss_mib
 
 from ray_accel.dashboard_module.api import AcceleratorsApi
-from ray_accel.dashboard_module.collector import AgentTarget, Collector
-from ray_accel.dashboard_module.fleet import Fleet, FleetServer, node_id
+from ray_accel.dashboard_module.collector import Collector
+from ray_accel.dashboard_module.fleet import node_id
+from ray_accel.dashboard_module.fleet_agents import FleetProcess, discovery
 from ray_accel.dashboard_module.standalone import build_app
-from ray_accel.exporter.backends.nvidia import NvidiaBackend
-from ray_accel.exporter.sampler import Sampler
-from ray_accel.exporter.simulate import SimulatedHardware
-from ray_accel.exporter.sinks.json import snapshot_document
-from ray_accel.exporter.store import SnapshotStore
 
 REFRESH_S = 5.0
 DEFAULT_CHANGE = 0.1
 DEFAULT_ROUNDS = 6
-
-
-def template_document() -> dict[str, Any]:
-    """One snapshot document of the simulated 8x H200 node, as its agent serves it."""
-    hardware = SimulatedHardware.start("hgx-h200")
-    hardware.activate()
-    sampler = Sampler([NvidiaBackend()], SnapshotStore(), interval_s=1.0)
-    sampler.run_cycle()
-    snapshot = sampler.run_cycle()
-    sampler.stop()
-    return json.loads(json.dumps(snapshot_document(snapshot)))
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -67,39 +51,6 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 def cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-# -- the fake agents (a process of their own) ---------------------------------------------
-async def serve(nodes: int, change: float, refresh_s: float) -> None:
-    """Serve `nodes` fake agents until stdin closes; prints the URL, then sizes, as JSON."""
-    fleet = Fleet(template_document())
-    generation = [0] * nodes
-    summaries = [fleet.summary(n) for n in range(nodes)]
-
-    async def churn() -> None:
-        rng = random.Random(7)
-        while True:
-            await asyncio.sleep(refresh_s)
-            for n in rng.sample(range(nodes), int(nodes * change)):
-                generation[n] += 1
-                summaries[n] = fleet.summary(n, generation[n])
-
-    async with FleetServer(lambda n: fleet.text(n).encode(), lambda n: summaries[n]) as server:
-        print(json.dumps({"url": server.url, "summary_bytes": len(summaries[0][0]),
-                          "snapshot_bytes": len(fleet.text(0))}), flush=True)
-        changing = asyncio.ensure_future(churn())
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        changing.cancel()
-
-
-def start_agents(nodes: int, change: float) -> tuple[subprocess.Popen, dict[str, Any]]:
-    proc = subprocess.Popen([sys.executable, __file__, str(nodes), "--serve",
-                             "--change", str(change)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line:
-        raise RuntimeError("the fake agents did not start")
-    return proc, json.loads(line)
 
 
 # -- the head ------------------------------------------------------------------------------
@@ -136,19 +87,14 @@ def round_figures(collector: Collector, wall_s: float, cpu: float) -> dict[str, 
 
 
 async def measure(nodes: int, change: float, rounds: int) -> dict[str, Any]:
-    agents, sizes = start_agents(nodes, change)
+    agents = FleetProcess(nodes, change)
     results: dict[str, Any] = {"nodes": nodes, "devices_per_node": 8, "change": change,
-                               "refresh_s": REFRESH_S, **{k: sizes[k] for k in (
+                               "refresh_s": REFRESH_S, **{k: agents.info[k] for k in (
                                    "summary_bytes", "snapshot_bytes")}}
-    targets = [AgentTarget(node_id(n), f"{sizes['url']}/n/{n}", f"host-{n}")
-               for n in range(nodes)]
-
-    async def discover():
-        return targets
-
     try:
         before = rss_mib()
-        collector = Collector(discover, refresh_s=REFRESH_S, fetch_timeout_s=10)
+        collector = Collector(discovery(agents.targets()), refresh_s=REFRESH_S,
+                              fetch_timeout_s=10)
         api = AcceleratorsApi(collector, "standalone", "http://127.0.0.1:8265")
         server = TestServer(build_app(api, None))
         await server.start_server()  # starts the collector's rounds too
@@ -184,8 +130,7 @@ async def measure(nodes: int, change: float, rounds: int) -> dict[str, Any]:
             await server.close()
             await collector.stop()
     finally:
-        agents.stdin.close()
-        agents.wait(timeout=60)
+        agents.close()
     return results
 
 
@@ -195,13 +140,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--change", type=float, default=DEFAULT_CHANGE,
                         help="share of nodes whose summary changes each interval")
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv[1:])
     if not 0.0 <= args.change <= 1.0:
         parser.error("--change must be between 0 and 1")
-    if args.serve:
-        asyncio.run(serve(args.nodes, args.change, REFRESH_S))
-        return 0
     print(json.dumps(asyncio.run(measure(args.nodes, args.change, args.rounds))))
     return 0
 
