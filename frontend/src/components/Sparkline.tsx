@@ -1,7 +1,9 @@
-// A tiny SVG line of recent values (None gaps are skipped).
-export function Sparkline({ values, width = 120, height = 28, max, color = "#1976d2", label }: {
+// A tiny SVG line of recent values (None gaps are skipped); `title` is its tooltip
+// (the range and source of the values, say).
+export function Sparkline({ values, width = 120, height = 28, max, color = "#1976d2", label,
+  title }: {
   values: (number | null)[]; width?: number; height?: number; max?: number; color?: string;
-  label?: string;
+  label?: string; title?: string;
 }) {
   const present = values.filter((v): v is number => v != null);
   const top = max ?? Math.max(1e-9, ...present);
@@ -16,6 +18,7 @@ export function Sparkline({ values, width = 120, height = 28, max, color = "#197
   return (
     <svg width={width} height={height} role="img" aria-label={label ?? "history"}
       data-testid="sparkline" data-points={present.length}>
+      {title && <title>{title}</title>}
       <path d={path} fill="none" stroke={color} strokeWidth={1.5} />
     </svg>
   );

@@ -6,6 +6,7 @@ import {
 } from "@mui/material";
 import { usePoll, type HeatNode, type Summary } from "../api";
 import { Heatmap, type HeatMetric } from "../components/Heatmap";
+import { HistoryRange, sourceText, useHistory, type HistoryRangeName } from "../components/HistoryRange";
 import { InfoMark } from "../components/InfoMark";
 import { HeatLegend } from "../components/Legend";
 import { Sparkline } from "../components/Sparkline";
@@ -34,11 +35,16 @@ export function ClusterView({ refreshMs }: { refreshMs: number }) {
   const summary = usePoll<Summary>("summary", refreshMs);
   const heatmap = usePoll<{ nodes: HeatNode[] }>("heatmap", refreshMs);
   const [metric, setMetric] = useState<HeatMetric>("util");
+  const [range, setRange] = useState<HistoryRangeName>("1h");
+  const series = useHistory(range, {}, refreshMs);
   const s = summary.data;
+  const h = series.data ?? s?.history;  // the summary's in-memory series until it answers
+  const shownAs = series.data ? sourceText(series.data) : undefined;
   return (
     <Stack spacing={2}>
       {summary.error && <Alert severity="error">{summary.error.message}</Alert>}
       {s?.refresh.discovery_error && <Alert severity="warning">{s.refresh.discovery_error}</Alert>}
+      <HistoryRange value={range} onChange={setRange} answer={series.data} />
       {s && (
         <Stack direction="row" spacing={2} useFlexGap flexWrap="wrap">
           <Stat label="Nodes reporting" testid="node-count"
@@ -49,17 +55,18 @@ export function ClusterView({ refreshMs }: { refreshMs: number }) {
             </Typography>
           </Stat>
           <Stat label="Mean utilization" testid="utilization" value={percent(s.utilization.mean)}>
-            <Sparkline values={s.history.utilization} max={1} label="utilization history" />
+            <Sparkline values={h?.utilization ?? []} max={1} label="utilization history"
+              title={shownAs} />
           </Stat>
           <Stat label="Memory used" help={MEMORY_AS_RAY_SHOWS_IT} testid="memory"
             value={`${bytes(s.memory.used_bytes)} / ${bytes(s.memory.total_bytes)}`}>
-            <Sparkline values={s.history.memory_used_bytes} max={s.memory.total_bytes || 1}
-              color="#7b1fa2" label="memory history" />
+            <Sparkline values={h?.memory_used_bytes ?? []} max={s.memory.total_bytes || 1}
+              color="#7b1fa2" label="memory history" title={shownAs} />
           </Stat>
           <Stat label="Power" testid="power"
             value={`${watts(s.power.watts)} / ${watts(s.power.limit_watts)}`}>
-            <Sparkline values={s.history.power_watts} max={s.power.limit_watts || 1}
-              color="#ef6c00" label="power history" />
+            <Sparkline values={h?.power_watts ?? []} max={s.power.limit_watts || 1}
+              color="#ef6c00" label="power history" title={shownAs} />
           </Stat>
           <Stat label="Idle allocations" testid="idle-allocations"
             value={String(s.devices.idle_allocations)}>

@@ -1,5 +1,5 @@
 // One node: its devices, topology matrix, per-link bandwidth and processes on each device.
-import { Fragment } from "react";
+import { Fragment, useState } from "react";
 import {
   Alert, Box, Chip, Link, Stack, Table, TableBody, TableCell, TableHead, TableRow, Tooltip,
   Typography,
@@ -7,6 +7,7 @@ import {
 import { rayLink, usePoll, type Device, type NodeDetail } from "../api";
 import { ActivityCell, HolderStateChip, activityText, withTensor } from "../components/Activity";
 import { FabricTable, fabricDevices } from "../components/FabricTable";
+import { HistoryRange, sourceText, useHistory, type HistoryRangeName } from "../components/HistoryRange";
 import { InfoMark } from "../components/InfoMark";
 import { Sparkline } from "../components/Sparkline";
 import { DASH, HEALTH_COLORS, MEMORY_AS_RAY_SHOWS_IT, bytes, percent, rate, watts } from "../format";
@@ -47,6 +48,8 @@ export function NodeView({ nodeId, refreshMs, ray }: {
   nodeId: string; refreshMs: number; ray: string | null;
 }) {
   const { data: node, error } = usePoll<NodeDetail>(`nodes/${nodeId}`, refreshMs);
+  const [range, setRange] = useState<HistoryRangeName>("1h");
+  const series = useHistory(range, { node_id: nodeId }, refreshMs);
   if (error && !node) return <Alert severity="error" data-testid="node-error">{error.message}</Alert>;
   if (!node) return <Typography>Loading…</Typography>;
   const rayNode = rayLink(ray, `cluster/nodes/${node.node_id}`);
@@ -65,11 +68,12 @@ export function NodeView({ nodeId, refreshMs, ray }: {
       </Box>
 
       <Typography variant="h6">Devices</Typography>
+      <HistoryRange value={range} onChange={setRange} answer={series.data} />
       <Table size="small" data-testid="device-table">
         <TableHead>
           <TableRow>
             <TableCell>Device</TableCell><TableCell>Health</TableCell>
-            <TableCell align="right">Util</TableCell><TableCell>Last 10 min</TableCell>
+            <TableCell align="right">Util</TableCell><TableCell>History</TableCell>
             <TableCell>Activity</TableCell>
             <TableCell align="right">
               Memory<InfoMark help={MEMORY_AS_RAY_SHOWS_IT} testid="memory-help" />
@@ -96,7 +100,8 @@ export function NodeView({ nodeId, refreshMs, ray }: {
               </TableCell>
               <TableCell align="right">{percent(d.utilization)}</TableCell>
               <TableCell>
-                <Sparkline values={node.history.devices[d.uuid]?.utilization ?? []} max={1} />
+                <Sparkline max={1} title={series.data ? sourceText(series.data) : undefined}
+                  values={(series.data?.devices ?? node.history.devices)[d.uuid]?.utilization ?? []} />
               </TableCell>
               <TableCell><ActivityCell activity={withTensor(d.activity, d.pipe_activity)} /></TableCell>
               <TableCell align="right">

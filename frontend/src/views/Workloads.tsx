@@ -4,6 +4,7 @@ import {
 } from "@mui/material";
 import { rayLink, usePoll, type Job, type JobDetail, type Unit } from "../api";
 import { ActivityCell, HolderStateChip } from "../components/Activity";
+import { JobHistory } from "../components/JobHistory";
 import { DASH, bytes, percent } from "../format";
 
 function unitName(u: Unit): string {
@@ -60,6 +61,8 @@ export function JobPanel({ jobId, refreshMs, ray }: {
   if (!data) return <Typography>Loading…</Typography>;
   const activity = carriesActivity(data.units);
   return (
+    <>
+    <JobHistory jobId={jobId} refreshMs={refreshMs} />
     <Table size="small" data-testid="job-units">
       <TableHead>
         <TableRow>
@@ -73,6 +76,7 @@ export function JobPanel({ jobId, refreshMs, ray }: {
         {data.units.map((u) => <UnitRows key={u.key} unit={u} ray={ray} activity={activity} />)}
       </TableBody>
     </Table>
+    </>
   );
 }
 
