@@ -1,4 +1,5 @@
-// The Accelerators tab: hash routes #/ (cluster), #/node/<id>, #/workloads[/<job>], #/findings.
+// The Accelerators tab: hash routes #/ (cluster), #/node/<id>, #/workloads[/<job>], #/findings,
+// #/transfers[/job/<id> | /node/<id>].
 import { useEffect, useState } from "react";
 import {
   Alert, AppBar, Box, Button, Container, CssBaseline, Dialog, DialogActions, DialogContent,
@@ -8,6 +9,7 @@ import { authenticate, usePoll, type Config } from "./api";
 import { ClusterView } from "./views/Cluster";
 import { FindingsView } from "./views/Findings";
 import { NodeView } from "./views/Node";
+import { TransfersView } from "./views/Transfers";
 import { WorkloadsView } from "./views/Workloads";
 
 // Ray's dashboard look: MUI defaults with its blue primary.
@@ -18,13 +20,18 @@ const theme = createTheme({
 
 export type Route =
   | { view: "cluster" } | { view: "node"; nodeId: string }
-  | { view: "workloads"; jobId: string | null } | { view: "findings" };
+  | { view: "workloads"; jobId: string | null } | { view: "findings" }
+  | { view: "transfers"; job: string | null; node: string | null };
 
 export function parseRoute(hash: string): Route {
   const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean);
   if (parts[0] === "node" && parts[1]) return { view: "node", nodeId: parts[1] };
   if (parts[0] === "workloads") return { view: "workloads", jobId: parts[1] ?? null };
   if (parts[0] === "findings") return { view: "findings" };
+  if (parts[0] === "transfers") {
+    const of = (kind: string) => (parts[1] === kind ? parts[2] ?? null : null);
+    return { view: "transfers", job: of("job"), node: of("node") };
+  }
   return { view: "cluster" };
 }
 
@@ -81,6 +88,7 @@ export function App() {
           <Tabs value={tab} onChange={(_, v) => { window.location.hash = v === "cluster" ? "#/" : `#/${v}`; }}>
             <Tab value="cluster" label="Cluster" data-testid="tab-cluster" />
             <Tab value="workloads" label="Workloads" data-testid="tab-workloads" />
+            <Tab value="transfers" label="Transfers" data-testid="tab-transfers" />
             <Tab value="findings" label="Findings" data-testid="tab-findings" />
           </Tabs>
         </Toolbar>
@@ -97,6 +105,7 @@ export function App() {
             <WorkloadsView jobId={route.jobId} refreshMs={refreshMs} ray={ray} />
           )}
           {route.view === "findings" && <FindingsView refreshMs={refreshMs} />}
+          {route.view === "transfers" && <TransfersView filter={route} refreshMs={refreshMs} ray={ray} />}
         </Box>}
       </Container>
     </ThemeProvider>

@@ -200,3 +200,33 @@ export function rayLink(base: string | null | undefined, route: string): string 
   const root = base.endsWith("/") ? base : `${base}/`;
   return `${root}#/${route}`;
 }
+
+// GET transfers: Ray Direct Transport transfers joined with the cluster (docs/api.md).
+export interface TransferDevice { uuid: string; index: string; model: string; node_id: string;
+                                  hostname: string }
+
+export interface TransferEnd {
+  task_id: string; actor_id: string; actor_class: string; state: string; node_id: string;
+  hostname: string; devices: TransferDevice[];
+}
+
+export interface Transfer {
+  job_id: string; since: number; age_s: number; stalled: boolean; consumer_task_id: string;
+  source: TransferEnd; destination: TransferEnd; reported_by: string;
+}
+
+export interface TransferAbort {
+  job_id: string; age_s: number; at: number; ago_s: number; source: TransferEnd;
+  destination: TransferEnd;
+}
+
+export interface TransferJob {
+  job_id: string; in_flight: number; stalled: number; oldest_age_s: number | null; aborts: number;
+}
+
+export interface Transfers {
+  generated_at: number; pairing_nodes: { node_id: string; hostname: string }[];
+  in_flight: number; stalled: number; oldest_age_s: number | null; dropped: number;
+  by_job: TransferJob[]; transfers: Transfer[]; aborts: TransferAbort[];
+  collective_stalls: Finding[];
+}

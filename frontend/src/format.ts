@@ -76,3 +76,12 @@ export const MEMORY_AS_RAY_SHOWS_IT =
   "Used memory here excludes what the driver and firmware reserve (its own series, " +
   "ray.accelerator.memory.reserved). Ray's dashboard counts the reserved memory as used: " +
   "an empty H200 reads 604 MiB in Ray and 0 B here; Ray's figure is used plus reserved.";
+
+// A duration in seconds, as a person reads it: "42 s", "3 min 5 s", "2 h 10 min".
+export function duration(seconds: number | null | undefined): string {
+  if (seconds == null) return DASH;
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}

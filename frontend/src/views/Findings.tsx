@@ -5,6 +5,8 @@ import { Alert, Box, Chip, MenuItem, Stack, TextField, Typography } from "@mui/m
 import { usePoll, type Finding } from "../api";
 
 const SEVERITY_COLOR = { critical: "error", warning: "warning", info: "info" } as const;
+// Kinds the Transfers view shows in full (both ends of a transfer, hung collectives).
+const TRANSFER_KINDS = new Set(["transfer_stalled", "transfer_aborted", "collective_stall"]);
 
 export function FindingRow({ finding }: { finding: Finding }) {
   return (
@@ -18,6 +20,10 @@ export function FindingRow({ finding }: { finding: Finding }) {
         overflow: "hidden", textOverflow: "ellipsis", whiteSpace: "nowrap" }}>
         {finding.hostname || finding.node_id.slice(0, 12)}
       </Box>
+      {TRANSFER_KINDS.has(finding.kind) && (
+        <Box component="a" href="#/transfers" data-testid="finding-transfers-link"
+          sx={{ fontSize: 13 }}>transfers</Box>
+      )}
       <Typography variant="body2" noWrap>{finding.message}</Typography>
     </Box>
   );

@@ -12,6 +12,7 @@ import { InfoMark } from "../components/InfoMark";
 import { Sparkline } from "../components/Sparkline";
 import { DASH, HEALTH_COLORS, MEMORY_AS_RAY_SHOWS_IT, bytes, percent, rate, watts } from "../format";
 import { FindingRow } from "./Findings";
+import { transfersHref } from "./Transfers";
 
 function HealthChip({ health }: { health: string }) {
   return <Chip size="small" label={health} data-testid="health"
@@ -63,6 +64,8 @@ export function NodeView({ nodeId, refreshMs, ray }: {
           node {node.node_id} · {node.node_ip} · agent {node.url}
           {node.placement.nvlink_domain && ` · NVLink domain ${node.placement.nvlink_domain}`}
           {rayNode && <> · <Link href={rayNode} data-testid="ray-node-link">Ray node page</Link></>}
+          {" · "}<Link href={transfersHref({ node: node.node_id })} data-testid="node-transfers-link">
+            Transfers</Link>
         </Typography>
         {node.error && <Alert severity="warning">{node.error}</Alert>}
       </Box>

@@ -6,6 +6,7 @@ import { rayLink, usePoll, type Job, type JobDetail, type Unit } from "../api";
 import { ActivityCell, HolderStateChip } from "../components/Activity";
 import { JobHistory } from "../components/JobHistory";
 import { DASH, bytes, percent } from "../format";
+import { transfersHref } from "./Transfers";
 
 function unitName(u: Unit): string {
   if (u.kind === "actor") return `${u.actor_class || "actor"}${u.actor_name ? ` "${u.actor_name}"` : ""}`;
@@ -123,6 +124,8 @@ export function WorkloadsView({ jobId, refreshMs, ray }: {
       {selected && (
         <Box>
           <Typography variant="h6" data-testid="job-title">Job {selected}</Typography>
+          <Link href={transfersHref({ job: selected })} data-testid="job-transfers-link">
+            Its transfers (Ray Direct Transport)</Link>
           <JobPanel jobId={selected} refreshMs={refreshMs} ray={ray} />
         </Box>
       )}
