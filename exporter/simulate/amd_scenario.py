@@ -94,7 +94,8 @@ def _check_processes(value: Any, path: str) -> None:
         where = f"{path}[{i}]"
         checks.keys(checks.mapping(proc, where), where,
                     ("pid", "name", "used_memory_bytes", "gtt_bytes", "cpu_bytes", "gfx_percent",
-                     "enc_percent", "while_alive"), required=("pid",))
+                     "enc_percent", "while_alive", "from_s", "until_s"), required=("pid",))
+        checks.process_window(proc, where)
         checks.integer(proc["pid"], f"{where}.pid", lo=1, hi=2**32 - 1)
         if "name" in proc:
             checks.string(proc["name"], f"{where}.name", 31)

@@ -254,3 +254,11 @@ def pcie_link(value: Any, path: str) -> None:
     for key in (*required, "gen_gpu_max"):
         if key in link:
             integer(link[key], f"{path}.{key}", lo=0, hi=64)
+
+
+def process_window(process: Mapping[str, Any], path: str) -> None:
+    """A process entry's optional `from_s`/`until_s`: listed only for from_s <= t < until_s."""
+    start = number(process.get("from_s", 0), f"{path}.from_s", lo=0)
+    until = process.get("until_s")
+    if until is not None and number(until, f"{path}.until_s") <= start:
+        raise fail(f"{path}.until_s", "must be after from_s")

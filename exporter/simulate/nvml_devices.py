@@ -100,9 +100,12 @@ def _check_processes(value: Any, path: str, max_percent: int = 100) -> None:
                 "type",
                 "while_alive",
                 "sm_activity_percent",
+                "from_s",
+                "until_s",
             ),
             required=("pid",),
         )
+        checks.process_window(proc, where)
         if proc.get("sm_activity_percent") is not None:
             checks.number(proc["sm_activity_percent"], f"{where}.sm_activity_percent", lo=0,
                           hi=100)

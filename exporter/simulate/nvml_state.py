@@ -159,6 +159,9 @@ def _process_lines(processes: Sequence[Mapping[str, Any]]) -> list[str]:
         flags = " live" if p.get("while_alive") else ""
         if p.get("sm_activity_percent") is not None:
             flags += f" sm_activity {_num(p['sm_activity_percent'])}"
+        if p.get("from_s") is not None or p.get("until_s") is not None:
+            until = math.inf if p.get("until_s") is None else p["until_s"]
+            flags += f" window {_num(p.get('from_s') or 0)} {_num(until)}"
         lines.append("process " + " ".join(_num(v) for v in values) + flags)
     return lines
 

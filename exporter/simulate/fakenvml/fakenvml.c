@@ -45,9 +45,10 @@
  * percentages capped at 100, unless the device has "raw_values 1" (section
  * "Raw values"). Lists are announced by a count line, then items:
  *   processes <n>   process <pid> <1 compute|2 graphics|3 both> <used bytes> <sm%> <mem%> <enc%> <dec%> [live]
- *                   [sm_activity <%>]
+ *                   [sm_activity <%>] [window <from_s> <until_s|inf>]
  *                   ("live": listed only while a process with that pid exists;
- *                   "sm_activity": the SM activity GPM sees from it, default its sm%)
+ *                   "sm_activity": the SM activity GPM sees from it, default its sm%;
+ *                   "window": listed only for from_s <= t < until_s)
  *   xid_events <n>  xid <at_s> <xid>
  *   nvlinks <n>     nvlink <active 0|1> <version> <remote device type> <remote pci bus id>
  *   fields <n>      field <id> <scope> <nvml value type> s <signal>
@@ -222,10 +223,18 @@ typedef struct {
     int live; /* shown only while the pid exists: a simulated context of a real process */
     int sm_activity_set; /* GPM: the SM activity it adds, when not its sm% (a spinning kernel) */
     double sm_activity;
+    double from_s, until_s; /* listed only for from_s <= t < until_s (a recorded process) */
 } proc_t;
+
+static double scenario_now(void);
 
 static int proc_visible(const proc_t *p)
 {
+    if (p->from_s > 0 || p->until_s < __builtin_inf()) {
+        double t = scenario_now();
+        if (t < p->from_s || t >= p->until_s)
+            return 0;
+    }
     return !p->live || kill((pid_t)p->pid, 0) == 0 || errno == EPERM;
 }
 
@@ -883,6 +892,14 @@ static int parse_process(parser_t *p, char **cur)
             return p->why = "bad process sm_activity", -1;
         pr->sm_activity_set = 1;
     }
+    pr->until_s = __builtin_inf();
+    while (**cur == ' ')
+        (*cur)++;
+    if (strncmp(*cur, "window ", 7) == 0) {
+        *cur += 7;
+        if (tok_num(cur, &pr->from_s) != 0 || tok_number(cur, 1, &pr->until_s) != 0)
+            return p->why = "bad process window", -1;
+    }
     return 0;
 }
 
@@ -1281,6 +1298,9 @@ struct nvmlEventSet_st {
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static fake_state *g_state;
+
+/* Scenario time for the process windows (0 before a state is loaded). */
+static double scenario_now(void) { return g_state ? state_time(g_state) : 0.0; }
 static int g_init_count;
 static char g_path[4096];
 static struct stat g_seen; /* the file version last parsed (or rejected) */

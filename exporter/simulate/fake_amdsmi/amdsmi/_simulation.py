@@ -10,6 +10,7 @@ handle, lost GPU, injected error.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -202,8 +203,12 @@ class Simulation:
                     for ordinal, (index, device) in enumerate(self.amd_devices())]
 
     def live_processes(self, processes: Any) -> list[Mapping[str, Any]]:
-        """A process list without `while_alive` processes whose pid has ended."""
-        return [p for p in processes or () if not p.get("while_alive") or pid_alive(p["pid"])]
+        """A process list without `while_alive` processes whose pid has ended, nor those
+        outside their `from_s`-`until_s` window."""
+        t = self.time()
+        return [p for p in processes or ()
+                if (not p.get("while_alive") or pid_alive(p["pid"]))
+                and (p.get("from_s") or 0) <= t < (p.get("until_s") or math.inf)]
 
 
 SIMULATION = Simulation()
