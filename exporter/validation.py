@@ -9,6 +9,12 @@ is absent), counted in the backend's error tally (exported as
 `ray_accelerator_agent_errors_total{backend, kind, function=<metric>}`) and
 logged once per device and metric.
 
+First, a reading must be one the catalog describes (a third-party backend's
+mistake must not reach the sinks): a metric the catalog lacks is
+`unknown_metric`; a label the metric does not have, a label value that is not
+a string, or a reading of a device metric on a link (or of a link metric on the
+device, ...) is `bad_labels`.
+
 The ranges come from the catalog (`MetricSpec.valid_range`). On top of them:
 - no value may be NaN or infinite (kind `not_finite`);
 - a value outside its metric's range is `out_of_range`;
@@ -45,12 +51,16 @@ NOT_FINITE = "not_finite"
 OUT_OF_RANGE = "out_of_range"
 OVER_LIMIT = "over_limit"
 COUNTER_DECREASED = "counter_decreased"
+UNKNOWN_METRIC = "unknown_metric"
+BAD_LABELS = "bad_labels"
 
 # Metrics whose reading bounds another metric's of the same device sample.
 _BOUNDING = frozenset(s.valid_range.bound_by for s in m.CATALOG if s.valid_range.bound_by)
 # Each catalog metric's valid range, read once: the check runs on every reading.
 _RANGES = {s.name: s.valid_range for s in m.CATALOG}
 _COUNTERS = frozenset(s.name for s in m.CATALOG if s.kind is m.Kind.COUNTER)
+# Each catalog metric's scope and own label names, for the check that the catalog knows it.
+_SHAPES = {s.name: (s.scope.value, frozenset(s.labels)) for s in m.CATALOG}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +76,14 @@ def range_violation(reading: Reading, limits: Mapping[str, float]) -> Violation 
     """What is wrong with a reading's value on its own (None when it can be true).
 
     `limits` holds the valid values of the bounding metrics in the same sample.
-    A metric unknown to the catalog is only checked for being finite.
+    A metric unknown to the catalog is only checked for being a finite number.
     """
     value = reading.value
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except TypeError:
+        return Violation(reading.metric, NOT_FINITE, f"{value!r} is not a number")
+    if not finite:
         return Violation(reading.metric, NOT_FINITE, f"{value!r} is not a finite number")
     valid = _RANGES.get(reading.metric)
     if valid is None:
@@ -86,11 +100,31 @@ def range_violation(reading: Reading, limits: Mapping[str, float]) -> Violation 
     return None
 
 
+def catalog_violation(reading: Reading, scope: str) -> Violation | None:
+    """Why the catalog cannot describe a reading found at `scope` ("device", "link",
+    "process"); None when it can."""
+    shape = _SHAPES.get(reading.metric)
+    if shape is None:
+        return Violation(reading.metric, UNKNOWN_METRIC, "no metric of the catalog has this name")
+    metric_scope, own = shape
+    if metric_scope != scope:
+        return Violation(reading.metric, BAD_LABELS,
+                         f"a {metric_scope} metric read as one of the {scope}")
+    for name, value in reading.labels:
+        if name not in own:
+            return Violation(reading.metric, BAD_LABELS,
+                             f"label {name!r} is not one of its labels {sorted(own)}")
+        if type(value) is not str:
+            return Violation(reading.metric, BAD_LABELS,
+                             f"label {name!r} has the value {value!r}, not a string")
+    return None
+
+
 def _limits(readings: Iterable[Reading]) -> dict[str, float]:
     limits: dict[str, float] = {}
     for reading in readings:
         if (reading.metric in _BOUNDING and reading.metric not in limits
-                and reading.value > 0 and range_violation(reading, {}) is None):
+                and range_violation(reading, {}) is None and reading.value > 0):
             limits[reading.metric] = reading.value
     return limits
 
@@ -161,7 +195,7 @@ class _SampleCheck:
         return process if readings is process.readings else replace(process, readings=readings)
 
     def _accepts(self, reading: Reading, where: CounterKey) -> bool:
-        violation = range_violation(reading, self.limits)
+        violation = catalog_violation(reading, where[0]) or range_violation(reading, self.limits)
         if violation is None and self.track_counters and reading.metric in _COUNTERS:
             key = (*where, reading.metric, reading.labels)
             if not self.device.counter_accepts(key, reading.value):
