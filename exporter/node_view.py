@@ -20,6 +20,7 @@ from typing import Any
 from . import catalog as m
 from .attribution.join import WHOLE
 from .node_transfers import from_snapshot, from_summary
+from .shared_values import share
 
 # Throttle reasons that mean trouble (slowdowns), as opposed to idle or app clocks.
 HARMFUL_THROTTLE_REASONS = frozenset({
@@ -278,5 +279,6 @@ class SummaryDevice(dict):
 
 
 def _shared(item: Any) -> Any:
-    """Short strings (vendor, model, index, state names) as one shared object each."""
-    return sys.intern(item) if isinstance(item, str) and len(item) <= 32 else item
+    """A summary field's value as the one object equal values share (shared_values.py):
+    names, rounded figures, PCIe and fabric facts repeat across a fleet's devices."""
+    return share(item)
