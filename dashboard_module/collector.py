@@ -32,6 +32,7 @@ from ..exporter.agent_client import client_ssl_context, client_token
 from ..exporter.background import BackgroundTask
 from ..exporter.node_view import TAKEN_AT_HEADER, NotASnapshot, reduce_snapshot, reduce_summary
 from ..exporter.web_auth import auth_headers
+from .agent_connections import AgentConnections, AnswerTooLarge, Reply
 from .aggregate import (
     ClusterView,
     NodePart,
@@ -41,6 +42,7 @@ from .aggregate import (
     heatmap_body,
     history_values,
 )
+from .heatmap_columns import columns_body
 from .history import History
 from .node_detail import NodeDetails
 
@@ -155,6 +157,7 @@ class Collector:
         self.details = NodeDetails(self.fetch_full)
         self._parts: dict[str, NodePart] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._connections: AgentConnections | None = None
         self._refreshing = BackgroundTask("ray-accel-dashboard-refresh", self._loop)
         self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-accel-parse")
         # The node page's snapshots are parsed beside the rounds, never queued behind them.
@@ -171,6 +174,9 @@ class Collector:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._connections is not None:
+            self._connections.close()
+            self._connections = None
 
     async def _loop(self) -> None:
         while True:
@@ -191,6 +197,13 @@ class Collector:
                 headers=auth_headers(self.token()))
         return self._session
 
+    def connections(self) -> AgentConnections:
+        """The kept-alive connections the rounds' summary requests go over (made on first
+        use, with the session's headers and TLS verification)."""
+        if self._connections is None:
+            self._connections = AgentConnections(auth_headers(self.token()), client_ssl_context)
+        return self._connections
+
     # -- one round -------------------------------------------------------------------------
     async def refresh(self) -> ClusterView:
         """Discover, fetch every agent's summary (spread over the interval), rebuild the view."""
@@ -207,6 +220,7 @@ class Collector:
         if targets is not None:
             self._track(targets)
         self.session()
+        self.connections()
         stats = RoundStats()
         limit = asyncio.Semaphore(self.max_in_flight)
         window = self.refresh_s * self.spread
@@ -219,7 +233,7 @@ class Collector:
         view = await asyncio.get_running_loop().run_in_executor(
             self._parser, self._build, nodes)
         stats.rebuilt_nodes = sum(1 for k, p in self._parts.items() if kept.get(k) is not p)
-        self.history.record(view.generated_at, history_values(view))
+        self.history.publish()  # the round staged with the view, shown with it
         self.view = view
         self.rounds += 1
         self.last_round = stats
@@ -228,8 +242,12 @@ class Collector:
         return view
 
     def _build(self, nodes: list[NodeState]) -> ClusterView:
+        """The round's view, its history staged and its heatmaps encoded (in the parsing
+        thread: none of it waits on the event loop, nor holds it up)."""
         view = build_view(nodes, self.refresh_s, None, self._parts)
-        heatmap_body(view)  # encoded here, off the event loop
+        self.history.stage(view.generated_at, history_values(view))
+        heatmap_body(view)
+        columns_body(view)
         return view
 
     def _track(self, targets: Sequence[AgentTarget]) -> None:
@@ -276,20 +294,23 @@ class Collector:
         """The node's summary; 304 keeps its data and only refreshes its time."""
         held = node.data is not None and node.etag
         headers = {"If-None-Match": node.etag} if held else {}
-        async with self.session().get(node.url.rstrip("/") + "/api/v1/summary",
-                                      headers=headers) as reply:
-            if reply.status == 404:  # an agent older than the summary
-                node.has_summary, node.summary_missing_round = False, self.rounds
-                return
-            if reply.status not in (200, 304) or (reply.status == 304 and not held):
-                raise NotASnapshot(f"HTTP {reply.status}")  # e.g. 401: a token it refuses
-            taken_at = _taken_at(reply)
-            if reply.status == 304:
-                stats.not_modified += 1
-                node.data["taken_at"] = taken_at
-                return
-            body = await _read_at_most(reply, MAX_SNAPSHOT_BYTES)
-            etag = reply.headers.get("ETag", "")
+        try:
+            reply = await self.connections().get(node.url.rstrip("/") + "/api/v1/summary",
+                                                 headers, self.fetch_timeout_s,
+                                                 MAX_SNAPSHOT_BYTES)
+        except AnswerTooLarge as error:
+            raise NotASnapshot(str(error)) from None
+        if reply.status == 404:  # an agent older than the summary
+            node.has_summary, node.summary_missing_round = False, self.rounds
+            return
+        if reply.status not in (200, 304) or (reply.status == 304 and not held):
+            raise NotASnapshot(f"HTTP {reply.status}")  # e.g. 401: a token it refuses
+        taken_at = _taken_at(reply)
+        if reply.status == 304:
+            stats.not_modified += 1
+            node.data["taken_at"] = taken_at
+            return
+        body, etag = reply.body, reply.header("ETag")
         stats.summaries += 1
         stats.body_bytes += len(body)
         data = await asyncio.get_running_loop().run_in_executor(
@@ -332,8 +353,8 @@ class Collector:
         self.nodes[node.node_id] = node
 
 
-def _taken_at(reply: aiohttp.ClientResponse) -> float:
-    text = reply.headers.get(TAKEN_AT_HEADER, "")
+def _taken_at(reply: Reply) -> float:
+    text = reply.header(TAKEN_AT_HEADER)
     try:
         taken_at = float(text)
     except ValueError:

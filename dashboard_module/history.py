@@ -5,6 +5,12 @@ array of single-precision floats (NaN where the round had no value: seven
 significant digits are plenty for a sparkline), so ten thousand nodes of eight
 devices at ten minutes of five-second rounds cost about 80 MB. A key not written
 for a whole window is forgotten.
+
+A round is written in two steps so that the writing (180,000 values at 10,000
+nodes) can happen beside the event loop: `stage()` (any thread) fills the ring's
+one spare slot, which no reader sees, and `publish()` (the thread that reads)
+makes it the newest round at once. Readers between two publishes all see the
+same rounds, so timestamps and series read one after the other line up.
 """
 
 from __future__ import annotations
@@ -17,40 +23,59 @@ _NAN = float("nan")
 
 
 class History:
-    """A ring of `length` rounds; `record()` adds one round."""
+    """A ring of `length` rounds; `record()` adds one round (`stage()` then `publish()`)."""
 
     def __init__(self, length: int) -> None:
         if length < 1:
             raise ValueError("history length must be at least 1")
         self.length = length
-        self._times = array("d", [_NAN] * length)
+        self._slots = length + 1  # one more than shown: the slot being staged
+        self._times = array("d", [_NAN] * self._slots)
         self._series: dict[str, array] = {}
         self._last_round: dict[str, int] = {}
-        self._round = -1
+        self._round = -1  # the newest published round
+        self._staged: list[str] | None = None  # keys to forget when the staged round shows
 
     def record(self, at: float, values: Mapping[str, float | None]) -> None:
         """Store one round taken at `at` (unix seconds)."""
-        self._round += 1
-        slot = self._round % self.length
+        self.stage(at, values)
+        self.publish()
+
+    def stage(self, at: float, values: Mapping[str, float | None]) -> None:
+        """Write the next round into the spare slot, unseen until `publish()`."""
+        now = self._round + 1
+        slot = now % self._slots
         self._times[slot] = at
-        series_of, last_round, now = self._series, self._last_round, self._round
+        series_of, last_round = self._series, self._last_round
         for key, value in values.items():
             series = series_of.get(key)
             if series is None:
-                series = series_of[key] = array("f", [_NAN] * self.length)
+                series = series_of[key] = array("f", [_NAN] * self._slots)
             series[slot] = _NAN if value is None else value
             last_round[key] = now
         # Only the keys this round did not write (a set difference, not a walk of all).
+        forget = []
         for key in series_of.keys() - values.keys():
             if now - last_round[key] >= self.length:
-                del series_of[key], last_round[key]
+                forget.append(key)
             else:
                 series_of[key][slot] = _NAN
+        self._staged = forget
+
+    def publish(self) -> None:
+        """Show the staged round as the newest (and forget keys no round wrote for a whole
+        window); nothing to do when no round is staged."""
+        if self._staged is None:
+            return
+        for key in self._staged:
+            del self._series[key], self._last_round[key]
+        self._staged = None
+        self._round += 1
 
     def _order(self) -> list[int]:
         count = min(self._round + 1, self.length)
         first = self._round - count + 1
-        return [(first + i) % self.length for i in range(count)]
+        return [(first + i) % self._slots for i in range(count)]
 
     def timestamps(self) -> list[float]:
         return [self._times[i] for i in self._order()]
