@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 from nvml_session import shutdown_all
 
+from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.simulate import STATE_ENV, SimulatedHardware
+
+_test = threading.local()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _test.item = item
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    _test.item = None
+
+
+def _marked_ray_only(start_head: Callable[..., None]) -> Callable[..., None]:
+    """Keeps the `ray` marker true: a test without it may not start a Ray cluster."""
+    def start(self: LocalRayCluster, *args: Any, **kwargs: Any) -> None:
+        item = getattr(_test, "item", None)
+        if item is not None and item.get_closest_marker("ray") is None:
+            raise RuntimeError(f"{item.nodeid} starts a Ray cluster: mark it @pytest.mark.ray")
+        start_head(self, *args, **kwargs)
+
+    return start
+
+
+LocalRayCluster.start_head = _marked_ray_only(LocalRayCluster.start_head)
 
 
 @pytest.fixture

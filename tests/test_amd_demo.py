@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from amd_support import GIB, MIB, simulation
 from test_demo_families import _holder_rows, demo_output
 
@@ -53,6 +54,7 @@ def test_a_worker_that_opens_a_context_loads_its_amd_gpu(tmp_path):
         amdsmi.amdsmi_shut_down()
 
 
+@pytest.mark.ray
 def test_the_demo_workload_runs_on_amd_gpus():
     output = demo_output("mi355x-8")
     states: dict[str, list[str]] = {}

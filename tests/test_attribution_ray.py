@@ -31,6 +31,9 @@ INTERVAL_S = 0.5
 TASK_ID_CAP = 10
 
 
+pytestmark = pytest.mark.ray
+
+
 @dataclass
 class Driver:
     """A workload driver process: one Ray job."""

@@ -30,6 +30,9 @@ from ray_accel.exporter.simulate.contexts import for_real_processes
 FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
 
 
+pytestmark = pytest.mark.ray
+
+
 def get(url: str, token: str | None = None, timeout: float = 10) -> tuple[int, bytes]:
     request = urllib.request.Request(url)
     if token:

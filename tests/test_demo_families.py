@@ -14,6 +14,9 @@ import pytest
 READY_S = 300
 
 
+pytestmark = pytest.mark.ray
+
+
 def _lines_of(process: subprocess.Popen) -> queue.Queue:
     lines: queue.Queue = queue.Queue()
 

@@ -23,8 +23,11 @@ from pathlib import Path
 import pytest
 from prometheus_server import PROMETHEUS, wait_until
 
-pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(),
-                                reason="prometheus is not installed (tools/system-deps.sh)")
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(not Path(PROMETHEUS).exists(),
+                       reason="prometheus is not installed (tools/system-deps.sh)"),
+]
 
 READY_S = 300
 FIRING_S = 150

@@ -48,8 +48,11 @@ ray.init(address=sys.argv[1], namespace="ray-accel", logging_level="ERROR", log_
 ray.kill(ray.get_actor("ray-accel-agent-" + sys.argv[2]), no_restart=True)
 """
 
-pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(),
-                                reason="prometheus is not installed (tools/system-deps.sh)")
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(not Path(PROMETHEUS).exists(),
+                       reason="prometheus is not installed (tools/system-deps.sh)"),
+]
 
 
 @dataclass

@@ -21,6 +21,9 @@ DEGRADED_TRAY = 7
 DOMAIN = "c7a4e0d2-5b19-4f3e-8d61-2a9f0b7c4e15/1"
 
 
+pytestmark = pytest.mark.ray
+
+
 def _tray(tray: int) -> dict:
     scenario = load_scenario(f"gb200-nvl72?tray={tray}")
     scenario["freeze_at_s"] = 90.0  # after tray 7's fabric degraded (at 60 s)

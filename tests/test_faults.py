@@ -155,6 +155,7 @@ def _sources(doc: dict) -> dict[str, bool]:
     return {s["name"]: s["up"] for s in doc["attribution"]["sources"]}
 
 
+@pytest.mark.ray
 def test_raylet_and_gcs_stop_and_come_back(ray_node, tmp_path):
     cluster, hardware = ray_node
     # A GPU holder makes the agent ask the State API (served through the GCS) too.

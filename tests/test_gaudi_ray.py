@@ -37,6 +37,9 @@ sys.stdin.readline()
 """
 
 
+pytestmark = pytest.mark.ray
+
+
 @pytest.fixture(scope="module")
 def hardware(tmp_path_factory) -> Iterator[SimulatedHardware]:
     hw = SimulatedHardware.start("gaudi2-8", state_dir=tmp_path_factory.mktemp("gaudi-hw"))

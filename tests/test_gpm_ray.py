@@ -23,6 +23,9 @@ from ray_accel.exporter.simulate.contexts import for_real_processes
 INTERVAL_S = 0.5
 
 
+pytestmark = pytest.mark.ray
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Iterator[tuple[AgentProcess, dict]]:
     hardware = SimulatedHardware.start(for_real_processes("hgx-h200"),

@@ -44,8 +44,11 @@ from ray_accel.exporter.simulate.contexts import for_real_processes
 from ray_accel.grafana import queries
 from ray_accel.grafana.alerts.rules import all_rules
 
-pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(),
-                                reason="prometheus is not installed (tools/system-deps.sh)")
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(not Path(PROMETHEUS).exists(),
+                       reason="prometheus is not installed (tools/system-deps.sh)"),
+]
 
 JOB = "ray-accel"
 RAY_GPUS = "0,1,2,3"

@@ -18,6 +18,9 @@ from loopback_ray import LoopbackCluster, deployed_cluster, standalone_dashboard
 SCENARIOS = ("hgx-h200", "tpu-v5e-8", "trn1-32xl")
 
 
+pytestmark = pytest.mark.ray
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[LoopbackCluster, dict[str, str]]]:
     with deployed_cluster([(s, s) for s in SCENARIOS], prefix="mx-") as running:

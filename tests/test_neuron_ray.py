@@ -39,6 +39,9 @@ sys.stdin.readline()
 """
 
 
+pytestmark = pytest.mark.ray
+
+
 @pytest.fixture(scope="module")
 def hardware(tmp_path_factory) -> Iterator[SimulatedHardware]:
     hw = SimulatedHardware.start(driven_by_processes("trn1-32xl"),

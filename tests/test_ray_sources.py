@@ -275,6 +275,7 @@ def test_discover_without_ray_raises_ray_not_found(tmp_path, monkeypatch):
         RaySources.discover(timeout_s=2)
 
 
+@pytest.mark.ray
 def test_discover_finds_the_head_node(cluster: Cluster, workload: Workload):
     node_id = workload.reports["trainer"]["node_id"]
     with RaySources.discover() as found:
@@ -296,6 +297,7 @@ def test_discover_finds_the_head_node(cluster: Cluster, workload: Workload):
     }
 
 
+@pytest.mark.ray
 def test_discover_by_address_env_and_raylet_scan(cluster: Cluster, workload, monkeypatch):
     node_id = workload.reports["trainer"]["node_id"]
     with RaySources.discover(cluster.gcs_address) as found:
@@ -320,6 +322,7 @@ def test_discover_by_address_env_and_raylet_scan(cluster: Cluster, workload, mon
         hidden.rename(cluster.address_file)
 
 
+@pytest.mark.ray
 def test_cluster_enforces_token_auth(sources: RaySources):
     # Guards the other tests' premise: without Ray's token the raylet says no.
     with grpc.insecure_channel(sources.node.raylet_address) as channel:
@@ -329,6 +332,7 @@ def test_cluster_enforces_token_auth(sources: RaySources):
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
+@pytest.mark.ray
 def test_workers_carry_the_ids_seen_inside(sources: RaySources, workload: Workload):
     workers = _by_pid(sources.workers())
     for inside in [*workload.gpu_holders, workload.reports["driver"]]:
@@ -341,6 +345,7 @@ def test_workers_carry_the_ids_seen_inside(sources: RaySources, workload: Worklo
     assert workers[workload.task["pid"]].actor_id == ""
 
 
+@pytest.mark.ray
 def test_gpu_slots_map_to_the_devices_workers_see(sources: RaySources, workload: Workload):
     workers = _by_pid(sources.workers())
     visible = sources.node.visible_devices["CUDA_VISIBLE_DEVICES"]
@@ -359,6 +364,7 @@ def test_gpu_slots_map_to_the_devices_workers_see(sources: RaySources, workload:
     assert slots == {0, 1, 2, 3}
 
 
+@pytest.mark.ray
 def test_placement_group_grants_fold_into_the_base_resource(
     sources: RaySources, workload: Workload
 ):
@@ -368,6 +374,7 @@ def test_placement_group_grants_fold_into_the_base_resource(
     assert len(in_group.grants["GPU"]) == 1
 
 
+@pytest.mark.ray
 def test_actor_class_and_name(sources: RaySources, workload: Workload):
     workers = _by_pid(sources.workers())
     expected = {
@@ -381,6 +388,7 @@ def test_actor_class_and_name(sources: RaySources, workload: Workload):
         assert (workers[pid].actor_class, workers[pid].actor_name) == names
 
 
+@pytest.mark.ray
 def test_running_tasks_name_their_pids(sources: RaySources, workload: Workload):
     step, task = workload.step, workload.task
     running = _wait_for_tasks(sources, {step["task_id"], task["task_id"]})
@@ -402,6 +410,7 @@ def test_running_tasks_name_their_pids(sources: RaySources, workload: Workload):
     assert all(t.pid in {step["pid"], task["pid"]} for t in running.values())
 
 
+@pytest.mark.ray
 def test_unreachable_address_fails_fast(cluster: Cluster):
     closed = f"{cluster.gcs_address.rpartition(':')[0]}:{find_free_port()}"
     started = time.monotonic()
@@ -411,6 +420,7 @@ def test_unreachable_address_fails_fast(cluster: Cluster):
     assert time.monotonic() - started < 3
 
 
+@pytest.mark.ray
 def test_frozen_raylet_times_out_then_recovers(sources: RaySources, workload: Workload):
     raylet = pid_of("/raylet ", f"--node_id={sources.node.node_id}")
     with _stopped(raylet), pytest.raises(RaySourceError, match=r"raylet .* no answer within"):
@@ -418,6 +428,7 @@ def test_frozen_raylet_times_out_then_recovers(sources: RaySources, workload: Wo
     assert workload.reports["trainer"]["pid"] in _by_pid(sources.workers(timeout_s=5))
 
 
+@pytest.mark.ray
 def test_frozen_gcs_times_out_then_recovers(cluster: Cluster, sources: RaySources, workload):
     gcs = pid_of("/gcs_server ", str(cluster.root))
     trainer_pid = workload.reports["trainer"]["pid"]
@@ -432,6 +443,7 @@ def test_frozen_gcs_times_out_then_recovers(cluster: Cluster, sources: RaySource
         assert _by_pid(fresh.workers(timeout_s=5))[trainer_pid].actor_class == "Trainer"
 
 
+@pytest.mark.ray
 def test_frozen_dashboard_times_out_then_recovers(cluster: Cluster, sources, workload):
     dashboard = pid_of("dashboard/dashboard.py", str(cluster.root))
     with _stopped(dashboard), pytest.raises(RaySourceError, match="State API"):
@@ -440,6 +452,7 @@ def test_frozen_dashboard_times_out_then_recovers(cluster: Cluster, sources, wor
     assert running[workload.task["task_id"]].pid == workload.task["pid"]
 
 
+@pytest.mark.ray
 def test_second_node_on_the_same_host(cluster: Cluster, workload, second_node: str):
     head_id = workload.reports["trainer"]["node_id"]
     with RaySources.discover(node_id=second_node) as second:
@@ -458,6 +471,7 @@ def test_second_node_on_the_same_host(cluster: Cluster, workload, second_node: s
         RaySources.discover(cluster.gcs_address, node_id="ab" * 28)
 
 
+@pytest.mark.ray
 def test_closed_sources_refuse_calls(cluster: Cluster, workload):
     found = RaySources.discover(cluster.gcs_address)
     found.close()

@@ -197,6 +197,7 @@ def wait_for(check, what: str, timeout: float = 30.0):
     return value
 
 
+@pytest.mark.ray
 def test_gcs_key_value_store(cluster: LoopbackCluster):
     with ClusterGcs(cluster.gcs_address) as gcs:
         gcs.kv_put("ray_accel_test", "k/1", b"one")
@@ -212,6 +213,7 @@ def test_gcs_key_value_store(cluster: LoopbackCluster):
         assert Path(head.session_dir).is_dir()
 
 
+@pytest.mark.ray
 def test_gcs_without_the_token_is_refused(cluster: LoopbackCluster, monkeypatch, tmp_path):
     wrong = tmp_path / "token"
     wrong.write_text("0" * 32)
@@ -231,6 +233,7 @@ def _agent(cluster: LoopbackCluster) -> AgentProcess:
                         "--register-interval", "0.5", env=cluster.env, ray=True)
 
 
+@pytest.mark.ray
 def test_standalone_agent_registers_heartbeats_and_deregisters(cluster, registry):
     with _agent(cluster) as agent:
         pid = agent.proc.pid
@@ -250,6 +253,7 @@ def test_standalone_agent_registers_heartbeats_and_deregisters(cluster, registry
     assert registry.get(first.node_id) is None
 
 
+@pytest.mark.ray
 def test_killed_agent_goes_stale_and_leaves_discovery(cluster, registry, tmp_path):
     with _agent(cluster) as agent:
         record = wait_for(lambda: next(iter(registry.records()), None), "registered")
@@ -273,6 +277,7 @@ def test_killed_agent_goes_stale_and_leaves_discovery(cluster, registry, tmp_pat
         registry.remove(record.node_id)
 
 
+@pytest.mark.ray
 def test_sd_file_defaults_next_to_rays_own_on_the_head(cluster, registry):
     result = cli(cluster, "sd-file", "--address", cluster.gcs_address)
     assert result.returncode == 0, result.stderr
@@ -281,6 +286,7 @@ def test_sd_file_defaults_next_to_rays_own_on_the_head(cluster, registry):
     assert json.loads((session_dir / FILE_NAME).read_text()) == []
 
 
+@pytest.mark.ray
 def test_sd_file_prints_the_matching_scrape_job(cluster, registry, tmp_path):
     output = tmp_path / "targets.json"
     result = cli(cluster, "sd-file", "--address", cluster.gcs_address, "--output", str(output),

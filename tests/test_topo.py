@@ -6,6 +6,7 @@ import subprocess
 import sys
 from contextlib import ExitStack
 
+import pytest
 from agent_process import AgentProcess
 from loopback_ray import LoopbackCluster
 
@@ -25,6 +26,7 @@ def test_local_matrix_on_simulated_hardware(tmp_path):
     assert rows[1][:5] == ["GPU0", "X", "PIX", "NODE", "NODE"]
 
 
+@pytest.mark.ray
 def test_cluster_nodes_grouped_by_nvlink_domain(tmp_path):
     cluster = LoopbackCluster(prefix="tp-")
     boards = {"hgx-a": "hgx-h200", "hgx-b": "hgx-h200", "pcie": "l4-pcie"}

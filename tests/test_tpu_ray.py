@@ -39,6 +39,9 @@ sys.stdin.readline()
 """
 
 
+pytestmark = pytest.mark.ray
+
+
 @pytest.fixture(scope="module")
 def hardware(tmp_path_factory) -> Iterator[SimulatedHardware]:
     hw = SimulatedHardware.start("tpu-v5e-8", state_dir=tmp_path_factory.mktemp("tpu-hw"))

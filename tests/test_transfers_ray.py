@@ -63,6 +63,9 @@ class RdtDriver:
             self.process.wait()
 
 
+pytestmark = pytest.mark.ray
+
+
 @pytest.fixture(scope="module")
 def hardware(tmp_path_factory) -> SimulatedHardware:
     return SimulatedHardware.start("hgx-h200", state_dir=tmp_path_factory.mktemp("hw"))

@@ -172,6 +172,7 @@ def test_topo_grafana_and_scenarios_commands(installed, tmp_path):
     assert listed.stdout.split() == available_scenarios()
 
 
+@pytest.mark.ray
 def test_the_standalone_dashboard_shows_a_token_protected_wheel_agent(installed):
     cluster = LoopbackCluster()
     agent = dashboard = None
