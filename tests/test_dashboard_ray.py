@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from agent_process import AgentProcess
+from prometheus_server import PrometheusServer
 from test_attribution_ray import start_driver
 
 from ray_accel.dashboard_module.standalone import ray_dashboard_url
@@ -64,11 +65,24 @@ def hardware(tmp_path_factory) -> SimulatedHardware:
 
 
 @pytest.fixture(scope="module")
-def cluster(hardware) -> Iterator[LocalRayCluster]:
+def prometheus(tmp_path_factory) -> Iterator[PrometheusServer]:
+    """The cluster's Prometheus, named to Ray by RAY_PROMETHEUS_HOST; it scrapes the
+    agents listed in its `targets.json` (written once the agent serves)."""
+    folder = tmp_path_factory.mktemp("prometheus")
+    (folder / "targets.json").write_text("[]")
+    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [{
+        "job_name": "ray-accel", "file_sd_configs": [{"files": [str(folder / "targets.json")]}]}]}
+    with PrometheusServer(json.dumps(config), folder) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster(hardware, prometheus) -> Iterator[LocalRayCluster]:
     local = LocalRayCluster(prefix="rd-")
     try:
         local.start_head({**hardware.environ(), "RAY_ACCEL_DASHBOARD": "1",
-                          "RAY_ACCEL_DASHBOARD_REFRESH_S": "1"}, "--num-cpus=4")
+                          "RAY_ACCEL_DASHBOARD_REFRESH_S": "1",
+                          "RAY_PROMETHEUS_HOST": prometheus.url}, "--num-cpus=4")
         yield local
     finally:
         local.stop()
@@ -119,6 +133,24 @@ def test_served_on_the_dashboard_port_behind_rays_token(cluster, dashboard, agen
     # Ray's own pages are untouched
     assert get(f"{dashboard}/api/version", token)[0] == 200
     assert get(f"{dashboard}/nodes?view=summary", token)[0] == 200
+
+
+def test_history_from_the_prometheus_ray_names(cluster, dashboard, agent, prometheus):
+    token = cluster.token.read_text().strip()
+    (prometheus.folder / "targets.json").write_text(json.dumps(
+        [{"targets": [agent.url.removeprefix("http://")]}]))
+    sessions = prometheus.wait_until(
+        lambda: prometheus.label_values("SessionName", "hw_power_watts"), "the agent scraped")
+    node_id = wait_json(f"{dashboard}/accelerators/api/nodes", token,
+                        lambda n: n["nodes"])["nodes"][0]["node_id"]
+    history = wait_json(
+        f"{dashboard}/accelerators/api/history?node_id={node_id}&range=1h", token,
+        lambda h: h["source"] == "prometheus" and any(v is not None for v in h["power_watts"]))
+    assert history["error"] == "" and history["step_s"] == 12
+    assert len(history["devices"]) == 8  # scoped to Ray's session, which the agent labels
+    assert sessions == [Path(cluster.session_dir()).name]
+    config = wait_json(f"{dashboard}/accelerators/api/config", token, lambda c: True)
+    assert config["history_source"] == "prometheus"
 
 
 def test_browser_clicks_through_every_view(cluster, dashboard, agent, workload, tmp_path):
