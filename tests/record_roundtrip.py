@@ -26,19 +26,25 @@ from ray_accel.exporter.record.frames import series_of
 from ray_accel.exporter.record.scenario_file import build_scenario, recording_start
 from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
+from ray_accel.exporter.simulate.amd_scenario import vendor_of
 from ray_accel.exporter.store import SnapshotStore
 
 STALE_AT_ENV = "RECORD_ROUNDTRIP_STALE_AT_S"
 MAX_CYCLES = 6
 
 
+def backends_of(scenario: dict[str, Any]) -> list[str]:
+    """The backends reading the scenario's devices: "nvidia", "amd" or both."""
+    return sorted({vendor_of(device) for device in scenario["devices"]})
+
+
 def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
               t: float) -> dict[str, float]:
-    """Every series of an NVIDIA agent reading `scenario` frozen at t (two cycles merged)."""
+    """Every series of an agent reading `scenario` frozen at t (two cycles merged)."""
     frozen = copy.deepcopy(scenario)
     frozen["freeze_at_s"] = t
     hardware.update(frozen)
-    sampler = Sampler(load_backends(["nvidia"]), SnapshotStore(), interval_s=1.0)
+    sampler = Sampler(load_backends(backends_of(scenario)), SnapshotStore(), interval_s=1.0)
     found: dict[str, float] = {}
     try:
         # Two cycles (GPM needs two samples), and more while a busy CPU leaves some
@@ -71,7 +77,8 @@ def stale_at(hardware: SimulatedHardware, scenario: dict[str, Any], t: float,
     frozen = copy.deepcopy(scenario)
     frozen["freeze_at_s"] = t
     hardware.update(frozen)
-    sampler = Sampler(load_backends(["nvidia"]), SnapshotStore(), interval_s=interval_s)
+    sampler = Sampler(load_backends(backends_of(scenario)), SnapshotStore(),
+                      interval_s=interval_s)
     try:
         for _ in range(cycles):
             snapshot = sampler.run_cycle()

@@ -70,12 +70,34 @@ def test_no_devices_says_so_and_writes_nothing(tmp_path: pathlib.Path) -> None:
     assert not out.exists() and list(tmp_path.iterdir()) == [empty]
 
 
-def test_amd_only_node_is_not_recorded_yet(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(("source", "family"), (("gaudi2-8", "gaudi (8 devices)"),
+                                              ("tpu-v5e-8", "tpu (8 devices)"),
+                                              ("trn1-32xl", "neuron (")))
+def test_other_families_are_refused_naming_them(tmp_path: pathlib.Path, source: str,
+                                                family: str) -> None:
     out = tmp_path / "out.json"
-    done = _run("record", "--simulate", "mi300x-8", "--duration", "1", "--out", str(out))
-    assert done.returncode == 1
-    assert "only amd devices" in done.stderr
+    done = _run("record", "--simulate", source, "--duration", "1", "--out", str(out))
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"only {family}" in done.stderr and "NVIDIA and AMD devices only" in done.stderr
+    assert "nothing written" in done.stderr
     assert not out.exists()
+
+
+def test_amd_node_is_recorded_with_its_partitions(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "mi355x.json"
+    done = _run("record", "--simulate", "mi355x-8", "--duration", "2", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    devices = json.loads(out.read_text())["devices"]
+    original = load_scenario("mi355x-8")["devices"]
+    assert [d["vendor"] for d in devices] == ["amd"] * 8
+    replayed = load_scenario(str(out))["devices"]  # bus ids in the loader's one form
+    assert [d["pci_bus_id"] for d in replayed] == [d["pci_bus_id"] for d in original]
+    assert len(devices[4]["partitions"]) == len(original[4]["partitions"])
+    assert devices[4]["compute_partition"] == "CPX" and devices[4]["num_xcc"] == 8
+    # identities replaced: AMD UUIDs (no prefix) and those of the partitions too
+    recorded = {d["uuid"] for d in devices} | {p["uuid"] for p in devices[4]["partitions"]}
+    known = {d["uuid"] for d in original} | {p["uuid"] for p in original[4]["partitions"]}
+    assert len(recorded) == 15 and not recorded & known
 
 
 def test_existing_file_is_not_overwritten(recorded: pathlib.Path) -> None:

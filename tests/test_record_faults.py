@@ -1,10 +1,14 @@
 """Recording a node whose calls fail or hang records the rule; the replay fails the same way.
 
-l4-pcie with GPU 1's power reading failing (TIMEOUT, t = 2-12 s) and GPU 2's
-temperature call hanging from t = 6 s: the recorded file holds an `errors`
-rule for that function on GPU 1 only and a `delays` rule on GPU 2 only, and
-an agent on the replay misses GPU 1's power inside the window only and finds
-GPU 2 stale while the others answer, as on the original.
+Two nodes, each recorded in its own process at once: l4-pcie (NVIDIA) and
+mi300x-8 (AMD), GPU 1's power reading failing (TIMEOUT, t = 2-12 s), GPU 2's
+temperature call hanging from t = 6 s and a process on GPU 0 from t = 4 s to
+10 s; on the AMD node GPU 3 is also lost at t = 9 s. The recorded file holds
+an `errors` rule for that function on GPU 1 only, `delays` rules on GPU 2
+only, the process with its window and the loss at its time; an agent on the
+replay misses GPU 1's power inside the window only, finds GPU 2 stale while
+the others answer, lists the process only inside its window and GPU 3 down
+after its loss, as on the original.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -21,58 +26,130 @@ from ray_accel.exporter.simulate import load_scenario
 
 HELPER = pathlib.Path(__file__).with_name("record_roundtrip.py")
 DURATION_S = 16
-INSIDE_S, AFTER_S, HUNG_S = 6.0, 14.0, 12.0
+BEFORE_S, INSIDE_S, AFTER_S, HUNG_S = 1.5, 6.0, 14.0, 12.0
 WINDOW_TOLERANCE_S = 1.5
+PROCESS = {"pid": 4242, "used_memory_bytes": 2**30, "from_s": 4, "until_s": 10}
+LOST_S = 9.0
+# node -> (source, failing power call, hanging temperature call)
+NODES: dict[str, tuple[str, str, str]] = {
+    "nvidia": ("l4-pcie", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature"),
+    "amd": ("mi300x-8", "amdsmi_get_power_info", "amdsmi_get_temp_metric"),
+}
+
+
+def _faulty(vendor: str) -> dict[str, Any]:
+    source, power, temperature = NODES[vendor]
+    scenario = load_scenario(source)
+    scenario["errors"] = [{"function": power, "device": 1, "code": "TIMEOUT", "from_s": 2,
+                           "until_s": 12}]
+    scenario["delays"] = [{"function": temperature, "device": 2, "seconds": 120, "from_s": 6}]
+    scenario["devices"][0].setdefault("processes", []).append(dict(PROCESS))
+    if vendor == "amd":
+        scenario["devices"][3]["lost_at_s"] = LOST_S
+    return scenario
 
 
 @pytest.fixture(scope="module")
-def trip(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def trips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("faults")
-    scenario = load_scenario("l4-pcie")
-    scenario["errors"] = [{"function": "nvmlDeviceGetPowerUsage", "device": 1,
-                           "code": "TIMEOUT", "from_s": 2, "until_s": 12}]
-    scenario["delays"] = [{"function": "nvmlDeviceGetTemperature", "device": 2,
-                           "seconds": 120, "from_s": 6}]
-    source = folder / "faulty.json"
-    source.write_text(json.dumps(scenario))
-    out = folder / "trip.json"
-    done = subprocess.run(
-        [sys.executable, str(HELPER), str(source), str(DURATION_S), str(out), str(INSIDE_S),
-         str(AFTER_S)], capture_output=True, text=True, timeout=600,
-        env={**os.environ, "RECORD_ROUNDTRIP_STALE_AT_S": str(HUNG_S)})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return json.loads(out.read_text())
+    running = {}
+    for vendor in NODES:
+        source = folder / f"{vendor}.json"
+        source.write_text(json.dumps(_faulty(vendor)))
+        out = folder / f"{vendor}-trip.json"
+        running[vendor] = (out, subprocess.Popen(
+            [sys.executable, str(HELPER), str(source), str(DURATION_S), str(out),
+             str(BEFORE_S), str(INSIDE_S), str(AFTER_S)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "RECORD_ROUNDTRIP_STALE_AT_S": str(HUNG_S)}))
+    found = {}
+    for vendor, (out, process) in running.items():
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, f"{vendor}: {output[-3000:]}"
+        found[vendor] = json.loads(out.read_text())
+    return found
+
+
+def _at(trip: dict, which: str, t: float) -> dict[str, float]:
+    return trip[which][f"{t}+0" if which == "original" else str(t)]
 
 
 def _power(series: dict[str, float], uuid: str) -> float | None:
     return series.get(json.dumps([uuid, "d", "hw.power", []]))
 
 
-def test_error_rule_recorded_for_its_device_and_window(trip: dict) -> None:
+def _pids(series: dict[str, float], uuid: str) -> set[int]:
+    return {json.loads(name)[2] for name in series
+            if json.loads(name)[:2] == [uuid, "p"]}
+
+
+def _uuids(trip: dict) -> list[str]:
+    return [d["uuid"] for d in trip["scenario"]["devices"]]
+
+
+@pytest.mark.parametrize("vendor", NODES)
+def test_error_rule_recorded_for_its_device_and_window(trips: dict, vendor: str) -> None:
+    trip = trips[vendor]
     offset = trip["offset_s"]
-    rules = [r for r in trip["scenario"].get("errors", [])
-             if r["function"] == "nvmlDeviceGetPowerUsage"]
+    rules = [r for r in trip["scenario"].get("errors", []) if r["function"] == NODES[vendor][1]]
     assert [(r["device"], r["code"]) for r in rules] == [(1, "TIMEOUT")]
     assert abs(rules[0]["from_s"] + offset - 2) <= WINDOW_TOLERANCE_S
     assert abs(rules[0]["until_s"] + offset - 12) <= WINDOW_TOLERANCE_S
 
 
-def test_replay_misses_the_failing_value_only_in_its_window(trip: dict) -> None:
-    uuids = [d["uuid"] for d in trip["scenario"]["devices"]]
+@pytest.mark.parametrize("vendor", NODES)
+def test_replay_misses_the_failing_value_only_in_its_window(trips: dict, vendor: str) -> None:
+    trip = trips[vendor]
+    uuids = _uuids(trip)
     for which in ("original", "replay"):
-        inside = trip[which][f"{INSIDE_S}+0" if which == "original" else str(INSIDE_S)]
-        after = trip[which][f"{AFTER_S}+0" if which == "original" else str(AFTER_S)]
+        inside, after = _at(trip, which, INSIDE_S), _at(trip, which, AFTER_S)
         assert _power(inside, uuids[1]) is None, which
         assert _power(inside, uuids[0]) is not None, which
         assert _power(after, uuids[1]) is not None, which
 
 
-def test_hang_recorded_as_delay_and_replayed_as_stale(trip: dict) -> None:
+@pytest.mark.parametrize("vendor", NODES)
+def test_hang_recorded_as_delay_and_replayed_as_stale(trips: dict, vendor: str) -> None:
+    trip = trips[vendor]
     delays = [r for r in trip["scenario"].get("delays", []) if "device" in r]
     assert delays and {r["device"] for r in delays} == {2}
     assert abs(delays[0]["from_s"] + trip["offset_s"] - 6) <= WINDOW_TOLERANCE_S + 2
-    uuids = [d["uuid"] for d in trip["scenario"]["devices"]]
+    uuids = _uuids(trip)
     for which in ("stale_original", "stale_replay"):
         stale = trip[which]
         assert stale[uuids[2]] is True, which
-        assert not any(stale[u] for u in uuids if u != uuids[2]), which
+        lost = uuids[3] if vendor == "amd" else None
+        assert not any(stale[u] for u in uuids if u not in (uuids[2], lost)), which
+
+
+@pytest.mark.parametrize("vendor", NODES)
+def test_process_that_came_and_went_does_so_in_the_replay(trips: dict, vendor: str) -> None:
+    trip = trips[vendor]
+    offset = trip["offset_s"]
+    entries = [p for p in trip["scenario"]["devices"][0]["processes"]
+               if p["pid"] == PROCESS["pid"]]
+    assert len(entries) == 1
+    assert abs(entries[0]["from_s"] + offset - PROCESS["from_s"]) <= WINDOW_TOLERANCE_S
+    assert abs(entries[0]["until_s"] + offset - PROCESS["until_s"]) <= WINDOW_TOLERANCE_S
+    assert entries[0]["used_memory_bytes"] == PROCESS["used_memory_bytes"]
+    gpu = _uuids(trip)[0]
+    for which in ("original", "replay"):
+        listed = [PROCESS["pid"] in _pids(_at(trip, which, t), gpu)
+                  for t in (BEFORE_S, INSIDE_S, AFTER_S)]
+        assert listed == [False, True, False], which
+    # the processes that stayed throughout have no window
+    assert all("from_s" not in p and "until_s" not in p
+               for p in trip["scenario"]["devices"][0]["processes"]
+               if p["pid"] != PROCESS["pid"])
+
+
+def test_lost_amd_gpu_at_its_time_and_down_in_the_replay(trips: dict) -> None:
+    trip = trips["amd"]
+    devices = trip["scenario"]["devices"]
+    assert [i for i, d in enumerate(devices) if "lost_at_s" in d] == [3]
+    assert abs(devices[3]["lost_at_s"] + trip["offset_s"] - LOST_S) <= WINDOW_TOLERANCE_S
+    lost, kept = (json.dumps([devices[i]["uuid"], "up"]) for i in (3, 0))
+    for which in ("original", "replay"):
+        assert _at(trip, which, INSIDE_S)[lost] == 1.0, which
+        after = _at(trip, which, AFTER_S)
+        assert after.get(lost, 0.0) == 0.0 and after[kept] == 1.0, which

@@ -112,7 +112,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """The `record` command: 0 written, 1 nothing to record or the agent failed."""
     from ..backends.nvidia.calls import CALL_CPU_S
     from ..simulate import load_scenario
-    from .scenario_file import NothingRecorded, build_scenario
+    from .scenario_file import (
+        NOT_RECORDED,
+        NothingRecorded,
+        build_scenario,
+        describe_skipped,
+        skipped_families,
+    )
 
     if args.duration <= 0 or args.interval <= 0:
         parser.error("--duration and --interval must be positive")
@@ -134,6 +140,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             recording = record_node(args.duration, args.interval, args.simulate)
             document = build_scenario(recording, keep_identities=args.keep_identities,
                                       call_costs=dict(CALL_CPU_S))
+            if skipped := skipped_families(recording):
+                print(f"ray-accel record: not recorded: {describe_skipped(skipped)} "
+                      f"({NOT_RECORDED})", file=sys.stderr)
     except ValueError as error:  # a bad --last, or ScenarioError
         parser.error(str(error))
     except NothingRecorded as error:

@@ -1,10 +1,10 @@
 """What went wrong during a recording, as scenario rules: errors, losses, hangs, XIDs, costs.
 
-- a call that failed with an NVML error (a sample's `errors`) for a run of cycles
-  becomes an `errors` rule for that function and device over that window
+- a call that failed with a vendor library error (a sample's `errors`) for a run of
+  cycles becomes an `errors` rule for that function and device over that window
   (NOT_SUPPORTED is no rule: the scenario leaves the key out);
 - a device that went down (not stale) becomes `lost_at_s` just after its last good sample;
-- a device that stopped answering (stale) becomes a `delays` rule on every call of it;
+- a device that stopped answering (stale) becomes `delays` rules on its sampling calls;
 - XID events are placed at the cycle their count grew in (before the recording: t = 0);
 - a call whose measured CPU cost is above the agent's slow-call threshold becomes a
   `busy` delay, so a benchmark on the replay costs what the node costs.
@@ -12,26 +12,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .. import catalog as m
 from ..backends.nvidia.calls import SLOW_CALL_CPU_S
 from .series import DeviceSeries, label_map
 
-# Kinds that are the absence of a key rather than a fault.
-_ABSENT_KINDS = frozenset({"not_supported", "function_not_found"})
 
-
-def error_rules(index: int, series: DeviceSeries, interval_s: float) -> list[dict[str, Any]]:
-    """`errors` rules of one device from the per-cycle errors of its samples."""
+def error_rules(index: int, series: DeviceSeries, interval_s: float, call_prefix: str,
+                absent_kinds: Collection[str]) -> list[dict[str, Any]]:
+    """`errors` rules of one device from the per-cycle errors of its samples: the calls
+    named `call_prefix...` that failed other than with one of `absent_kinds`."""
     windows: dict[tuple[str, str], list[list[float]]] = {}
     for t, errors in series.errors:
         for function, kind in errors.items():
-            if kind in _ABSENT_KINDS or kind == "gpu_is_lost":
+            if kind in absent_kinds:
                 continue
             name = function.partition("[")[0]
-            if not name.startswith("nvml"):  # the backend's own names ("gpm"): no one call
+            if not name.startswith(call_prefix):  # the backend's own names ("gpm"): no call
                 continue
             runs = windows.setdefault((name, kind), [])
             if runs and t - runs[-1][1] <= 1.5 * interval_s:
@@ -56,16 +55,10 @@ def lost_at(series: DeviceSeries) -> float | None:
     return round(before[-1] + 0.001, 3) if before else 0.0
 
 
-# Which call hung is not in the samples: the replay hangs the device's sampling calls
-# (not its discovery, which had answered), whichever of them the agent makes first.
-HUNG_CALLS = ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
-              "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo",
-              "nvmlDeviceGetFieldValues")
-
-
-def hang_rules(index: int, series: DeviceSeries, interval_s: float,
-               end_s: float) -> list[dict[str, Any]]:
-    """`delays` rules on the device's sampling calls for each run of stale samples."""
+def hang_rules(index: int, series: DeviceSeries, interval_s: float, end_s: float,
+               hung_calls: Sequence[str]) -> list[dict[str, Any]]:
+    """`delays` rules on the device's sampling calls (`hung_calls`: which call hung is not
+    in the samples) for each run of stale samples."""
     rules: list[dict[str, Any]] = []
     for t in series.stale_times:
         if rules and t - rules[-1]["until_s"] <= 1.5 * interval_s:
@@ -83,7 +76,7 @@ def hang_rules(index: int, series: DeviceSeries, interval_s: float,
             rule["until_s"] = round(fresh_again[0] - interval_s / 2, 3)
         else:
             del rule["until_s"]
-    return [{"function": function, **rule} for rule in rules for function in HUNG_CALLS]
+    return [{"function": function, **rule} for rule in rules for function in hung_calls]
 
 
 def xid_events(series: DeviceSeries) -> list[dict[str, Any]]:

@@ -20,37 +20,45 @@ from ..backends.nvidia.gpm import GPM_METRICS as BACKEND_GPM
 from ..backends.nvidia.interconnect import _NVLINK_FIELDS, _PCIE_FIELDS, NVLINK, PCIE
 from ..backends.nvidia.probes import THROTTLE_REASONS
 from ..backends.nvidia.topology import P2P_STATUS, PCIE_LEVELS
-from ..model import Device
+from ..model import Device, Labels
 from ..simulate.nvml_gpm import GPM_LINK_METRICS, GPM_METRICS
-from .series import DeviceSeries, Points, label_map
-from .timeline import counter_signal, gauge_signal
+from .processes import put_processes
+from .scenario_keys import (
+    Row,
+    energy_start,
+    max_clocks,
+    put,
+    put_error_counts,
+    put_gauges,
+    put_last,
+    scaled,
+)
+from .series import DeviceSeries, label_map
+from .timeline import counter_signal, gauge_signal, midpoints
+from .vendors import VendorRecorder
 
 MHZ = 1e6
-# (metric, labels, scenario key, factor from base unit, step?)
-GAUGES: tuple[tuple[str, dict[str, str], str, float, bool], ...] = (
-    (m.GPU_UTILIZATION, {"task": "general"}, "utilization_gpu_percent", 100, False),
-    (m.MEMORY_BANDWIDTH_UTILIZATION, {}, "utilization_memory_percent", 100, False),
-    (m.GPU_UTILIZATION, {"task": "encoder"}, "encoder_percent", 100, False),
-    (m.GPU_UTILIZATION, {"task": "decoder"}, "decoder_percent", 100, False),
-    (m.MEMORY_USAGE, {}, "memory_used_bytes", 1, False),
-    (m.POWER, {}, "power_mw", 1000, False),
-    (m.TEMPERATURE, {"sensor": "gpu"}, "temperature_c", 1, False),
-    (m.CLOCK_FREQUENCY, {"clock": "sm"}, "clock_sm_mhz", 1 / MHZ, False),
-    (m.CLOCK_FREQUENCY, {"clock": "memory"}, "clock_memory_mhz", 1 / MHZ, False),
-    (m.PERFORMANCE_STATE, {}, "performance_state", 1, True),
+GAUGES: tuple[Row, ...] = (
+    (m.GPU_UTILIZATION, {"task": "general"}, "utilization_gpu_percent", 100),
+    (m.MEMORY_BANDWIDTH_UTILIZATION, {}, "utilization_memory_percent", 100),
+    (m.GPU_UTILIZATION, {"task": "encoder"}, "encoder_percent", 100),
+    (m.GPU_UTILIZATION, {"task": "decoder"}, "decoder_percent", 100),
+    (m.MEMORY_USAGE, {}, "memory_used_bytes", 1),
+    (m.POWER, {}, "power_mw", 1000),
+    (m.TEMPERATURE, {"sensor": "gpu"}, "temperature_c", 1),
+    (m.CLOCK_FREQUENCY, {"clock": "sm"}, "clock_sm_mhz", 1 / MHZ),
+    (m.CLOCK_FREQUENCY, {"clock": "memory"}, "clock_memory_mhz", 1 / MHZ),
+    (m.PERFORMANCE_STATE, {}, "performance_state", 1),
 )
-FIXED: tuple[tuple[str, dict[str, str], str, float], ...] = (
+STEP_KEYS = frozenset({"performance_state"})
+FIXED: tuple[Row, ...] = (
     (m.MEMORY_LIMIT, {}, "memory_total_bytes", 1),
     (m.MEMORY_RESERVED, {}, "memory_reserved_bytes", 1),
     (m.POWER_LIMIT, {}, "power_limit_mw", 1000),
-    (m.CLOCK_MAX_FREQUENCY, {"clock": "sm"}, "max_clock_sm_mhz", 1 / MHZ),
-    (m.CLOCK_MAX_FREQUENCY, {"clock": "memory"}, "max_clock_memory_mhz", 1 / MHZ),
+    *max_clocks("max_clock_sm_mhz", "max_clock_memory_mhz"),
 )
-COUNTERS: tuple[tuple[str, dict[str, str], str], ...] = (
-    (m.HW_ERRORS, {"error_type": "ecc_corrected"}, "ecc_corrected"),
-    (m.HW_ERRORS, {"error_type": "ecc_uncorrected"}, "ecc_uncorrected"),
-    (m.HW_ERRORS, {"error_type": "pcie_replay"}, "pcie_replay"),
-)
+ERROR_COUNTS = {"ecc_corrected": "ecc_corrected", "ecc_uncorrected": "ecc_uncorrected",
+                "pcie_replay": "pcie_replay"}
 _GPM_NAME_BY_ID = {number: name for name, number in GPM_METRICS.items()}
 _TOPOLOGY_LEVELS = {text: level for level, text in PCIE_LEVELS.items()}
 _P2P_NAMES = {text: name.removeprefix("NVML_P2P_STATUS_")
@@ -64,13 +72,9 @@ _LEVEL_NAMES = {pynvml.NVML_TOPOLOGY_INTERNAL: "INTERNAL", pynvml.NVML_TOPOLOGY_
                 pynvml.NVML_TOPOLOGY_NODE: "NODE", pynvml.NVML_TOPOLOGY_SYSTEM: "SYSTEM"}
 
 
-def _scaled(points: Points, factor: float, shift: float = 0.0) -> Points:
-    return [(max(t + shift, 0.0), v * factor) for t, v in points]
-
-
-def _put(target: dict[str, Any], key: str, value: Any) -> None:
-    if value is not None:
-        target[key] = value
+def _label_tuple(labels: Mapping[str, str] | Labels) -> Labels:
+    """The backend's field labels as a series key's (given as a dict or already a tuple)."""
+    return labels if isinstance(labels, tuple) else tuple(labels.items())
 
 
 def mig_scenario(device: Device, series: DeviceSeries, interval_s: float) -> dict[str, Any]:
@@ -79,13 +83,10 @@ def mig_scenario(device: Device, series: DeviceSeries, interval_s: float) -> dic
     out: dict[str, Any] = {"name": device.model, "uuid": device.uuid,
                            "gpu_instance_id": int(gpu_instance),
                            "compute_instance_id": int(compute_instance)}
-    for metric, labels, key, factor in FIXED[:2]:  # memory total and reserved
-        value = series.last(metric, **labels)
-        if value is not None:
-            out[key] = round(value * factor)
-    _put(out, "memory_used_bytes", gauge_signal(series.device(m.MEMORY_USAGE)))
+    put_last(out, series, FIXED[:2])  # memory total and reserved
+    put(out, "memory_used_bytes", gauge_signal(series.device(m.MEMORY_USAGE)))
     _gpm(out, series, interval_s)
-    _processes(out, series)
+    put_processes(out, series, PROCESS_ENGINES)
     return out
 
 
@@ -96,24 +97,19 @@ def device_scenario(device: Device, series: DeviceSeries,
     """The scenario device object of one recorded physical NVIDIA GPU (with its MIG devices)."""
     out: dict[str, Any] = {"name": device.model, "uuid": device.uuid}
     facts = device.facts
-    _put(out, "serial", facts.get("serial") or None)
-    _put(out, "pci_bus_id", device.pci_bus_id or None)
-    _put(out, "architecture", facts.get("architecture") or None)
+    put(out, "serial", facts.get("serial") or None)
+    put(out, "pci_bus_id", device.pci_bus_id or None)
+    put(out, "architecture", facts.get("architecture") or None)
     if facts.get("numa_node", "").isdigit():
         out["numa_node"] = int(facts["numa_node"])
     if facts.get("cpu_affinity"):
         out["cpu_affinity"] = facts["cpu_affinity"].split(",")
-    for metric, labels, key, factor, step in GAUGES:
-        _put(out, key, gauge_signal(_scaled(series.device(metric, **labels), factor), step=step))
-    for metric, labels, key, factor in FIXED:
-        value = series.last(metric, **labels)
-        if value is not None:
-            out[key] = round(value * factor)
-    for metric, labels, key in COUNTERS:
-        _put(out, key, counter_signal(series.device(metric, **labels)))
+    put_gauges(out, series, GAUGES, STEP_KEYS)
+    put_last(out, series, FIXED)
+    put_error_counts(out, series, ERROR_COUNTS)
     if "ecc_corrected" in out or "ecc_uncorrected" in out:
         out["ecc_mode"] = True
-    _energy(out, series)
+    put(out, "energy_start_mj", energy_start(series, 1000))
     _throttle(out, series)
     _memory_health(out, series)
     _gpm(out, series, interval_s)
@@ -123,17 +119,9 @@ def device_scenario(device: Device, series: DeviceSeries,
         out["mig_mode"] = True
         out["mig_devices"] = migs
     # NVML lists a MIG device's processes on its parent too: they are written once, on the MIG.
-    _processes(out, series, {p["pid"] for mig in migs or () for p in mig.get("processes", ())})
+    put_processes(out, series, PROCESS_ENGINES,
+                  {p["pid"] for mig in migs or () for p in mig.get("processes", ())})
     return out
-
-
-def _energy(out: dict[str, Any], series: DeviceSeries) -> None:
-    energy = series.device(m.ENERGY)
-    if energy:
-        t, joules = energy[0]
-        power = series.device(m.POWER)
-        watts = power[0][1] if power else 0.0
-        out["energy_start_mj"] = max(round((joules - watts * t) * 1000), 0)
 
 
 def _throttle(out: dict[str, Any], series: DeviceSeries) -> None:
@@ -141,7 +129,7 @@ def _throttle(out: dict[str, Any], series: DeviceSeries) -> None:
     for bit, name in THROTTLE_REASONS:
         for t, value in series.device(m.THROTTLE_ACTIVE, reason=name):
             masks[t] = masks.get(t, 0) | (bit if value else 0)
-    _put(out, "clocks_event_reasons", gauge_signal(sorted(masks.items()), step=True))
+    put(out, "clocks_event_reasons", gauge_signal(sorted(masks.items()), step=True))
 
 
 def _memory_health(out: dict[str, Any], series: DeviceSeries) -> None:
@@ -173,12 +161,6 @@ def _gpm_name(metric_id: int) -> tuple[str, str | None]:
     raise KeyError(metric_id)
 
 
-def _midpoints(points: Points, interval_s: float) -> Points:
-    """Interval averages placed at the middle of their interval (the first: one interval)."""
-    return [(max(t - ((t - points[i - 1][0]) if i else interval_s) / 2, 0.0), v)
-            for i, (t, v) in enumerate(points)]
-
-
 def _gpm(out: dict[str, Any], series: DeviceSeries, interval_s: float) -> None:
     # A GPM value averages the interval before its sample: it stands for the middle of it.
     gpm: dict[str, Any] = {}
@@ -187,7 +169,7 @@ def _gpm(out: dict[str, Any], series: DeviceSeries, interval_s: float) -> None:
         if not points:
             continue
         name, link = _gpm_name(metric.metric_id)
-        signal = gauge_signal(_midpoints(_scaled(points, 1 / metric.scale), interval_s))
+        signal = gauge_signal(midpoints(scaled(points, 1 / metric.scale), interval_s))
         if link is None:
             gpm[name] = signal
         else:
@@ -205,22 +187,17 @@ def _links(out: dict[str, Any], series: DeviceSeries,
     fields: dict[str, Any] = {}
     for field_id, metric, labels, scale in _NVLINK_FIELDS:
         for index in nvlinks:
-            points = series.points.get(("l", NVLINK, index, metric, tuple(labels.items())))
+            points = series.points.get(("l", NVLINK, index, metric, _label_tuple(labels)))
             if points:
                 fields.setdefault(str(field_id), {})[str(index)] = counter_signal(
                     points, scale=1 / scale)
     for field_id, metric, labels, _ in _PCIE_FIELDS:
-        points = series.points.get(("l", PCIE, 0, metric, tuple(labels.items())))
+        points = series.points.get(("l", PCIE, 0, metric, _label_tuple(labels)))
         if points:
             fields[str(field_id)] = {"type": "uint", "value": counter_signal(points, wrap=2**32)}
     if fields:
         out["fields"] = fields
-    gen = {state: series.last(m.PCIE_GENERATION, state=state) for state in ("current", "max")}
-    width = {state: series.last(m.PCIE_WIDTH, state=state) for state in ("current", "max")}
-    if None not in gen.values() and None not in width.values():
-        out["pcie_link"] = {"gen_current": int(gen["current"]), "gen_max": int(gen["max"]),
-                            "width_current": int(width["current"]),
-                            "width_max": int(width["max"])}
+    put(out, "pcie_link", series.pcie_link())
 
 
 def _nvlink(index: int, facts: Mapping[str, str], series: DeviceSeries) -> dict[str, Any]:
@@ -273,29 +250,8 @@ def _step_of_names(points: list[tuple[float, Any]]) -> Any:
     return {"keyframes": [[round(t, 3), v] for t, v in frames], "interpolate": "step"}
 
 
-_PROCESS_KEYS = (("sm", "sm_percent"), ("memory", "memory_percent"),
-                 ("encoder", "encoder_percent"), ("decoder", "decoder_percent"))
-
-
-def _processes(out: dict[str, Any], series: DeviceSeries,
-               elsewhere: set[int] | frozenset[int] = frozenset()) -> None:
-    # The scenario's process list does not change over time: each process gets its
-    # last values, and one that left during the recording is not listed.
-    last_t = series.up_times[-1] if series.up_times else None
-    pids = sorted({key[1] for key, points in series.matching("p", m.PROCESS_MEMORY_USAGE)
-                   if points and points[-1][0] == last_t and key[1] not in elsewhere})
-    listed = []
-    for pid in pids:
-        memory = series.points[("p", pid, m.PROCESS_MEMORY_USAGE, ())]
-        process: dict[str, Any] = {"pid": pid, "used_memory_bytes": int(memory[-1][1])}
-        for engine, key in _PROCESS_KEYS:
-            points = series.points.get(("p", pid, m.PROCESS_UTILIZATION,
-                                        (("engine", engine),)))
-            if points:
-                process[key] = round(points[-1][1] * 100)
-        listed.append(process)
-    if series.points or listed:
-        out["processes"] = listed
+PROCESS_ENGINES = (("sm", "sm_percent"), ("memory", "memory_percent"),
+                   ("encoder", "encoder_percent"), ("decoder", "decoder_percent"))
 
 
 def topology_of(device: Device, numa: Mapping[str, int | None]) -> dict[str, Any]:
@@ -317,3 +273,29 @@ def topology_of(device: Device, numa: Mapping[str, int | None]) -> dict[str, Any
     if p2p:
         keys["p2p"] = p2p
     return keys
+
+
+def top_level(facts: Mapping[str, str]) -> dict[str, Any]:
+    """The scenario's driver, NVML and CUDA driver versions, where NVML gave them."""
+    keys: dict[str, Any] = {k: facts[k] for k in ("driver_version", "nvml_version")
+                            if facts.get(k)}
+    if str(facts.get("cuda_driver_version", "")).isdigit():
+        keys["cuda_driver_version"] = int(facts["cuda_driver_version"])
+    return keys
+
+
+def _mig_child(device: Device, series: DeviceSeries, interval_s: float) -> dict[str, Any]:
+    return mig_scenario(device, series, interval_s)
+
+
+# Which call hung is not in the samples: the replay hangs the device's sampling calls
+# (not its discovery, which had answered), whichever of them the agent makes first.
+HUNG_CALLS = ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
+              "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo",
+              "nvmlDeviceGetFieldValues")
+
+RECORDER = VendorRecorder(
+    vendor="nvidia", device=device_scenario, child=_mig_child, peers=topology_of,
+    top_level=top_level, call_prefix="nvml",
+    absent_kinds=frozenset({"not_supported", "function_not_found", "gpu_is_lost"}),
+    hung_calls=HUNG_CALLS)

@@ -1,6 +1,7 @@
 """Identities in a recorded scenario, replaced by placeholders unless kept.
 
-- GPU UUIDs and fabric cluster UUIDs become UUIDs derived from a hash of the
+- GPU UUIDs (NVIDIA GPU and MIG, AMD GPU and compute partition) and fabric
+  cluster UUIDs become UUIDs derived from a hash of the
   original: the same GPU or NVLink domain gets the same placeholder in every
   recording (so trays of one rack still share a domain), and a random UUID
   cannot be read back from it;
@@ -13,9 +14,11 @@ PCI bus ids, NUMA nodes and CPU affinity are kept: topology needs them.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 PID_BASE = 1000
+_PREFIX = re.compile(r"^[A-Z]+-")  # NVML's "GPU-", "MIG-"; amdsmi's UUIDs have none
 
 
 def placeholder_uuid(original: str, prefix: str = "") -> str:
@@ -31,9 +34,9 @@ def scrub(scenario: dict[str, Any]) -> dict[str, Any]:
     for position, device in enumerate(scenario.get("devices", [])):
         if "serial" in device:
             device["serial"] = f"SERIAL-{position}"
-        for one in (device, *device.get("mig_devices", ())):
+        for one in (device, *device.get("mig_devices", ()), *device.get("partitions", ())):
             if "uuid" in one:
-                prefix = one["uuid"].partition("-")[0] + "-"
+                prefix = found.group(0) if (found := _PREFIX.match(one["uuid"])) else ""
                 one["uuid"] = placeholder_uuid(one["uuid"], prefix)
             for process in one.get("processes", []):
                 process["pid"] = pids.setdefault(process["pid"], PID_BASE + len(pids))

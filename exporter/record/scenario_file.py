@@ -1,7 +1,12 @@
 """A recording -> a scenario document in the format of docs/simulation.md.
 
-The document is checked with the simulator's own `load_scenario` before it is
-returned, so a file `ray-accel record` writes always replays.
+NVIDIA GPUs (with their MIG devices) and AMD GPUs (with their compute
+partitions) are recorded, NVIDIA's first so that a device's position is its
+index for error rules of either vendor. Devices of the other families (Gaudi,
+TPU, Neuron) are not: the recording names them in `skipped`, and a node with
+nothing else is refused naming them. The document is checked with the
+simulator's own `load_scenario` before it is returned, so a file
+`ray-accel record` writes always replays.
 """
 
 from __future__ import annotations
@@ -10,32 +15,55 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..model import Device
 from ..simulate.scenario import load_scenario
+from . import amd, nvidia
 from .events import busy_rules, error_rules, hang_rules, lost_at, xid_events
 from .history import Recording
-from .nvidia import device_scenario, mig_scenario, topology_of
 from .privacy import scrub
 from .series import DeviceSeries
+from .vendors import VendorRecorder
 
 RECORDED_NAME = "recorded"
+RECORDERS: tuple[VendorRecorder, ...] = (nvidia.RECORDER, amd.RECORDER)
+# Why the other families are not recorded: what their scenario sections lack.
+NOT_RECORDED = ("recording reads NVIDIA and AMD devices only; the scenario sections of "
+                "the other families are written by hand")
 
 
 class NothingRecorded(Exception):
-    """No backend found a device to record."""
+    """No backend found a device that can be recorded."""
 
 
-def _nvidia_devices(recording: Recording) -> list[str]:
-    """The physical NVIDIA GPUs identified during the recording (not the placeholders of
-    GPUs whose discovery had not finished), by NVML index."""
+def _physical(recording: Recording, recorder: VendorRecorder) -> list[str]:
+    """The vendor's physical devices identified during the recording, by index."""
     uuids = [u for u, d in recording.devices.items()
-             if d.vendor == "nvidia" and not d.parent_uuid and u.startswith("GPU-")]
+             if d.vendor == recorder.vendor and recorder.identified(d)]
     return sorted(uuids, key=lambda u: int(recording.devices[u].index))
 
 
 def _children(recording: Recording, parent: str) -> list[str]:
-    """The parent's MIG devices, by GPU instance id."""
+    """The parent's MIG devices or compute partitions, by their index ("gpu/gi/ci", "gpu/p")."""
     found = [u for u, d in recording.devices.items() if d.parent_uuid == parent]
     return sorted(found, key=lambda u: [int(p) for p in recording.devices[u].index.split("/")])
+
+
+def skipped_families(recording: Recording) -> dict[str, int]:
+    """Devices of families the recorder does not write, by backend name (gaudi, tpu, ...)."""
+    names = {b.vendor: b.name for b in recording.backends}
+    recorded = {r.vendor for r in RECORDERS}
+    found: dict[str, int] = {}
+    for device in recording.devices.values():
+        if device.vendor not in recorded and not device.parent_uuid:
+            family = names.get(device.vendor, device.vendor)
+            found[family] = found.get(family, 0) + 1
+    return dict(sorted(found.items()))
+
+
+def describe_skipped(skipped: Mapping[str, int]) -> str:
+    """"gaudi (8 devices)" and the like, joined."""
+    return ", ".join(f"{family} ({count} device{'s' if count != 1 else ''})"
+                     for family, count in skipped.items())
 
 
 def recording_start(recording: Recording) -> float:
@@ -44,21 +72,9 @@ def recording_start(recording: Recording) -> float:
     return min((d.taken_at for d in first.devices), default=first.taken_at)
 
 
-def build_scenario(recording: Recording, *, keep_identities: bool = False,
-                   call_costs: Mapping[str, list[float]] | None = None,
-                   name: str = RECORDED_NAME) -> dict[str, Any]:
-    """The scenario replaying `recording` (t = 0 at its first sample)."""
-    uuids = _nvidia_devices(recording)
-    if not uuids or not recording.frames:
-        others = sorted({d.vendor for d in recording.devices.values() if d.vendor != "nvidia"})
-        if others:
-            raise NothingRecorded(f"only {', '.join(others)} devices were found, and recording "
-                                  "reads NVIDIA devices only so far")
-        raise NothingRecorded("no backend found a device to record")
-    t0 = recording_start(recording)
-    children = {uuid: _children(recording, uuid) for uuid in uuids}
-    series = {uuid: DeviceSeries() for uuid in [*uuids, *(c for cs in children.values()
-                                                          for c in cs)]}
+def _series(recording: Recording, uuids: list[str], t0: float) -> dict[str, DeviceSeries]:
+    """Each device's series, t = 0 at `t0`; a sample repeated while late is kept once."""
+    series = {uuid: DeviceSeries() for uuid in uuids}
     last_taken: dict[str, float] = {}
     for frame in recording.frames:
         for device_frame in frame.devices:
@@ -75,41 +91,61 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
             links_at = device_frame.counters_at
             series[uuid].add(max(device_frame.taken_at - t0, 0.0), device_frame,
                              None if links_at is None else max(links_at - t0, 0.0))
+    return series
+
+
+def _numa(devices: Mapping[str, Device], uuids: list[str]) -> dict[str, int | None]:
+    return {u: int(devices[u].facts["numa_node"])
+            if devices[u].facts.get("numa_node", "").isdigit() else None for u in uuids}
+
+
+def build_scenario(recording: Recording, *, keep_identities: bool = False,
+                   call_costs: Mapping[str, list[float]] | None = None,
+                   name: str = RECORDED_NAME) -> dict[str, Any]:
+    """The scenario replaying `recording` (t = 0 at its first sample)."""
+    physical = {r.vendor: _physical(recording, r) for r in RECORDERS}
+    skipped = skipped_families(recording)
+    if not recording.frames or not any(physical.values()):
+        if skipped:
+            raise NothingRecorded(f"only {describe_skipped(skipped)} found: {NOT_RECORDED}")
+        raise NothingRecorded("no backend found a device to record")
+    t0 = recording_start(recording)
+    children = {uuid: _children(recording, uuid) for uuids in physical.values()
+                for uuid in uuids}
+    series = _series(recording, [*children, *(c for cs in children.values() for c in cs)], t0)
     end_s = recording.frames[-1].taken_at - t0
-    numa = {u: int(recording.devices[u].facts["numa_node"])
-            if recording.devices[u].facts.get("numa_node", "").isdigit() else None
-            for u in uuids}
+    numa = _numa(recording.devices, list(children))
+    interval = recording.interval_s
     devices: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     delays: list[dict[str, Any]] = []
-    interval = recording.interval_s
-    for index, uuid in enumerate(uuids):
-        device = recording.devices[uuid]
-        one = series[uuid]
-        migs = [mig_scenario(recording.devices[c], series[c], interval) for c in children[uuid]]
-        scenario_device = device_scenario(device, one, recording.link_facts.get(uuid, {}),
-                                          interval, migs)
-        scenario_device.update(topology_of(device, numa))
-        if (lost := lost_at(one)) is not None:
-            scenario_device["lost_at_s"] = lost
-        if events := xid_events(one):
-            scenario_device["xid_events"] = events
-        devices.append(scenario_device)
-        errors += error_rules(index, one, interval)
-        delays += hang_rules(index, one, interval, end_s)
+    versions: dict[str, Any] = {}
+    for recorder in RECORDERS:
+        facts = next((b.facts for b in recording.backends if b.vendor == recorder.vendor), {})
+        if physical[recorder.vendor]:
+            versions.update(recorder.top_level(facts))
+        for uuid in physical[recorder.vendor]:
+            index, device, one = len(devices), recording.devices[uuid], series[uuid]
+            kids = [recorder.child(recording.devices[c], series[c], interval)
+                    for c in children[uuid]]
+            scenario_device = recorder.device(device, one, recording.link_facts.get(uuid, {}),
+                                              interval, kids)
+            scenario_device.update(recorder.peers(device, numa))
+            if (lost := lost_at(one)) is not None:
+                scenario_device["lost_at_s"] = lost
+            if events := xid_events(one):
+                scenario_device["xid_events"] = events
+            devices.append(scenario_device)
+            errors += error_rules(index, one, interval, recorder.call_prefix,
+                                  recorder.absent_kinds)
+            delays += hang_rules(index, one, interval, end_s, recorder.hung_calls)
     delays += busy_rules(call_costs or {})
-    document: dict[str, Any] = {
-        "name": name,
-        "description": f"Recorded for {end_s:.0f} s at {interval:g} s per sample "
-                       f"({'identities kept' if keep_identities else 'identities replaced'}).",
-    }
-    facts = next((b.facts for b in recording.backends if b.name == "nvidia"), {})
-    for key in ("driver_version", "nvml_version"):
-        if facts.get(key):
-            document[key] = facts[key]
-    if str(facts.get("cuda_driver_version", "")).isdigit():
-        document["cuda_driver_version"] = int(facts["cuda_driver_version"])
-    document["devices"] = devices
+    description = (f"Recorded for {end_s:.0f} s at {interval:g} s per sample "
+                   f"({'identities kept' if keep_identities else 'identities replaced'}).")
+    if skipped:
+        description += f" Not recorded: {describe_skipped(skipped)}."
+    document: dict[str, Any] = {"name": name, "description": description, **versions,
+                                "devices": devices}
     if errors:
         document["errors"] = errors
     if delays:

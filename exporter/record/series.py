@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 
+from .. import catalog as m
 from ..model import Labels
 from .frames import DeviceFrame, SeriesKey
 
@@ -31,10 +33,19 @@ class DeviceSeries:
             self.up_times.append(t)
         if frame.errors:
             self.errors.append((t, dict(frame.errors)))
-        if not frame.stale:  # a down device keeps only its counters and events
-            link_t = t if links_t is None else links_t
-            for key, value in frame.items():
-                self.points.setdefault(key, []).append((link_t if key[0] == "l" else t, value))
+        if frame.stale:  # a down device keeps only its counters and events
+            return
+        link_t = t if links_t is None else links_t
+        pairs = list(frame.items())
+        slow_age = next((v for k, v in pairs if k == _SLOW_AGE_KEY), None)
+        for key, value in pairs:
+            when = link_t if key[0] == "l" else t
+            if slow_age is not None and key[0] != "p" and _read_slowly(key[-2]):
+                when = max(t - slow_age, 0.0)  # the value is from the last slow read
+                points = self.points.get(key)
+                if points and points[-1][0] >= when - 1e-6:
+                    continue  # the same read again, exported between slow reads
+            self.points.setdefault(key, []).append((when, value))
 
     @property
     def first_t(self) -> float:
@@ -50,11 +61,36 @@ class DeviceSeries:
         found = self.device(metric, **labels)
         return found[-1][1] if found else None
 
+    def pcie_link(self) -> dict[str, int] | None:
+        """The scenario's `pcie_link` (generation and width, current and max), if all read."""
+        gen = {state: self.last(m.PCIE_GENERATION, state=state) for state in ("current", "max")}
+        width = {state: self.last(m.PCIE_WIDTH, state=state) for state in ("current", "max")}
+        if None in gen.values() or None in width.values():
+            return None
+        return {"gen_current": int(gen["current"]), "gen_max": int(gen["max"]),
+                "width_current": int(width["current"]), "width_max": int(width["max"])}
+
     def matching(self, kind: str, metric: str) -> Iterable[tuple[SeriesKey, Points]]:
         """(key, points) of every series of one kind ("d", "l", "p") and metric."""
         for key, points in self.points.items():
             if key[0] == kind and key[-2] == metric:
                 yield key, points
+
+
+# A backend that reads some values on a slower cadence than its samples (NVIDIA) gives,
+# with each sample, how much older than it those values are (exporter/catalog.py).
+SLOW_VALUES_AGE = "ray.accelerator.device.slow_values.age"
+_SLOW_AGE_KEY = ("d", SLOW_VALUES_AGE, ())
+
+
+@cache
+def _read_slowly(metric: str) -> bool:
+    """Whether the catalog marks the metric as read on the slow cadence."""
+    try:
+        cadence = getattr(m.spec(metric), "cadence", None)
+    except KeyError:
+        return False
+    return getattr(cadence, "value", "") == "slow"
 
 
 def _labels(labels: dict[str, str]) -> Labels:

@@ -144,3 +144,10 @@ def counter_signal(points: Sequence[Point], *, scale: float = 1.0, relative: flo
         rate = {"keyframes": [[round(t, 3), _number(r)] for t, r in rates[-MAX_KEYFRAMES:]],
                 "interpolate": "step"}
     return {"start": int(start), "rate_per_s": rate}
+
+
+def midpoints(points: Sequence[Point], interval_s: float) -> list[Point]:
+    """Interval averages (GPM activity, residencies) placed at the middle of their interval
+    (the first: one `interval_s` long)."""
+    return [(max(t - ((t - points[i - 1][0]) if i else interval_s) / 2, 0.0), v)
+            for i, (t, v) in enumerate(points)]

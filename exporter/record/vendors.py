@@ -1,0 +1,42 @@
+"""What the scenario builder needs to know of one vendor's recorded devices.
+
+Each recordable vendor (nvidia.py, amd.py) describes itself once as a
+`VendorRecorder`: how its devices become scenario devices, which of its call
+names error rules may name, which calls a hung device's replay hangs. The
+vendor-neutral parts (frames, series, timeline, events, privacy) serve all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import Device
+from .series import DeviceSeries
+
+LinkFacts = Mapping[tuple[str, int], Mapping[str, str]]
+Numa = Mapping[str, int | None]
+
+
+@dataclass(frozen=True)
+class VendorRecorder:
+    """One vendor's part of a recorded scenario."""
+
+    vendor: str
+    # the physical device object, given its recorded children's entries
+    device: Callable[[Device, DeviceSeries, LinkFacts, float, list[dict[str, Any]]],
+                     dict[str, Any]]
+    # a child's entry (NVIDIA MIG device, AMD compute partition)
+    child: Callable[[Device, DeviceSeries, float], dict[str, Any]]
+    # the device's keys derived from its peers (topology, P2P), given every NUMA node
+    peers: Callable[[Device, Numa], dict[str, Any]]
+    # top-level scenario keys from the backend's facts (driver and library versions)
+    top_level: Callable[[Mapping[str, str]], dict[str, Any]]
+    call_prefix: str  # the vendor library's function names: what error rules may name
+    absent_kinds: frozenset[str]  # failure kinds that are an absent key, not a fault
+    hung_calls: tuple[str, ...]  # the sampling calls a stale device's replay hangs
+
+    def identified(self, device: Device) -> bool:
+        """A physical device whose discovery finished (not a placeholder of one that had not)."""
+        return not device.parent_uuid and device.model != "unknown"
