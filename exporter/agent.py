@@ -76,6 +76,7 @@ class Agent:
             backends if backends is not None else load_backends(config.backends),
             self.store, interval_s=config.interval_s, node_labels=node_labels,
             agent_facts=facts, retry_s=config.retry_s,
+            slow_read_interval_s=config.slow_read_interval_s,
             attribution=(lambda: self.attribution.latest) if self.attribution else None,
             collective=CollectiveStallDetector(CollectiveStallSettings(
                 config.collective_window_s, config.collective_busy_utilization,

@@ -23,6 +23,24 @@ class Kind(enum.Enum):
     INFO = "info"
 
 
+class Cadence(enum.Enum):
+    """How often a backend that reads on a cadence (NVIDIA today) reads a metric.
+
+    CYCLE: every sampling cycle (what the judgements need: utilization, activity,
+    memory, power, temperature, clocks, throttling, link bytes). SLOW: every
+    `--slow-read-interval` seconds (`SLOW_READ_INTERVAL_S` by default), each device
+    at its own point of that interval, and the last values exported in between
+    with their age (`ray.accelerator.device.slow_values.age`): counters whose rate
+    Prometheus computes, error counts and board state that change rarely.
+    """
+
+    CYCLE = "cycle"
+    SLOW = "slow"
+
+
+SLOW_READ_INTERVAL_S = 10.0
+
+
 class Scope(enum.Enum):
     """What one series of a metric describes; decides its common labels."""
 
@@ -158,6 +176,7 @@ class MetricSpec:
     description: str
     labels: tuple[str, ...] = ()
     valid: ValidRange | None = None
+    cadence: Cadence = Cadence.CYCLE
 
     @property
     def valid_range(self) -> ValidRange:
@@ -194,13 +213,13 @@ class MetricSpec:
 
 
 def _gauge(name: str, unit: str, description: str, *labels: str, scope: Scope = Scope.DEVICE,
-           valid: ValidRange | None = None):
-    return MetricSpec(name, Kind.GAUGE, unit, scope, description, labels, valid)
+           valid: ValidRange | None = None, cadence: Cadence = Cadence.CYCLE):
+    return MetricSpec(name, Kind.GAUGE, unit, scope, description, labels, valid, cadence)
 
 
 def _counter(name: str, unit: str, description: str, *labels: str, scope: Scope = Scope.DEVICE,
-             valid: ValidRange | None = None):
-    return MetricSpec(name, Kind.COUNTER, unit, scope, description, labels, valid)
+             valid: ValidRange | None = None, cadence: Cadence = Cadence.CYCLE):
+    return MetricSpec(name, Kind.COUNTER, unit, scope, description, labels, valid, cadence)
 
 
 def _info(name: str, description: str, *labels: str, scope: Scope = Scope.DEVICE):
@@ -238,6 +257,7 @@ RETIRED_PAGES_PENDING = "ray.accelerator.memory.retired_pages.pending"
 XID_ERRORS = "ray.accelerator.xid.errors"
 DEVICE_UP = "ray.accelerator.device.up"
 DEVICE_SAMPLE_AGE = "ray.accelerator.device.sample.age"
+SLOW_VALUES_AGE = "ray.accelerator.device.slow_values.age"
 DEVICE_INFO = "ray.accelerator.device.info"
 LINK_IO = "hw.gpu.io"
 LINK_UP = "ray.accelerator.link.up"
@@ -347,8 +367,10 @@ CATALOG: tuple[MetricSpec, ...] = (
     # Power, thermals, clocks
     _gauge(POWER, "W", "Power drawn by the device.",
            valid=ValidRange(0, POWER_CEILING_W, bound_by=POWER_LIMIT, factor=POWER_LIMIT_FACTOR)),
-    _gauge(POWER_LIMIT, "W", "Power limit the driver enforces on the device."),
-    _counter(ENERGY, "J", "Energy consumed by the device since the driver was loaded."),
+    _gauge(POWER_LIMIT, "W", "Power limit the driver enforces on the device.",
+           cadence=Cadence.SLOW),
+    _counter(ENERGY, "J", "Energy consumed by the device since the driver was loaded.",
+             cadence=Cadence.SLOW),
     _gauge(TEMPERATURE, "Cel", "Temperature of the given sensor.", "sensor"),
     _gauge(CLOCK_FREQUENCY, "Hz", "Current clock frequency of the given clock domain.", "clock"),
     _gauge(CLOCK_MAX_FREQUENCY, "Hz", "Maximum clock frequency of the given clock domain.",
@@ -368,17 +390,17 @@ CATALOG: tuple[MetricSpec, ...] = (
     # Errors and memory health
     _counter(HW_ERRORS, "{error}",
              "Hardware errors counted by the device, by type (ECC corrected/uncorrected since "
-             "the driver was loaded, PCIe replays).", "error_type"),
+             "the driver was loaded, PCIe replays).", "error_type", cadence=Cadence.SLOW),
     _gauge(REMAPPED_ROWS, "{row}", "Memory rows remapped, by the kind of error that caused it.",
-           "cause"),
+           "cause", cadence=Cadence.SLOW),
     _gauge(ROW_REMAP_PENDING, "", "1 when a row remap waits for the next device reset.",
-           valid=FLAG),
+           valid=FLAG, cadence=Cadence.SLOW),
     _gauge(ROW_REMAP_FAILURE, "", "1 when a row remap has failed; the device needs service.",
-           valid=FLAG),
+           valid=FLAG, cadence=Cadence.SLOW),
     _gauge(RETIRED_PAGES, "{page}", "Memory pages retired, by the kind of error that caused it.",
-           "cause"),
+           "cause", cadence=Cadence.SLOW),
     _gauge(RETIRED_PAGES_PENDING, "", "1 when a page retirement waits for the next reset.",
-           valid=FLAG),
+           valid=FLAG, cadence=Cadence.SLOW),
     _counter(XID_ERRORS, "{event}",
              "Critical driver error events (NVIDIA XID) since the agent started, by XID code.",
              "xid"),
@@ -386,6 +408,10 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(DEVICE_UP, "",
            "1 when the device answered the last sampling cycle, 0 when it is lost or failing."),
     _gauge(DEVICE_SAMPLE_AGE, "s", "Seconds since the device's values were last read."),
+    _gauge(SLOW_VALUES_AGE, "s",
+           "Seconds between the last read of the device's values marked slow cadence "
+           "and the device's sample; add ray.accelerator.device.sample.age for their age now. "
+           "Present where the backend reads on a cadence (NVIDIA)."),
     _info(DEVICE_INFO, "Static facts about the device.",
           "pci_bus_id", "parent_uuid", "architecture", "driver_version", "serial", "numa_node",
           "cpu_affinity", "nvlink_domain", "nearest_nics"),
@@ -395,10 +421,10 @@ CATALOG: tuple[MetricSpec, ...] = (
              "and XGMI per link, PCIe for the device's host link.", "direction",
              scope=Scope.LINK),
     _gauge(LINK_UP, "", "1 when the link is trained and active, else 0.", scope=Scope.LINK,
-           valid=FLAG),
+           valid=FLAG, cadence=Cadence.SLOW),
     _counter(LINK_ERRORS, "{error}",
              "Link-level errors, by type (crc, replay, recovery).", "error_type",
-             scope=Scope.LINK),
+             scope=Scope.LINK, cadence=Cadence.SLOW),
     _info(LINK_INFO, "What the link connects to.",
           "version", "remote_type", "remote_pci_bus_id", "peer_uuid", scope=Scope.LINK),
     _gauge(PCIE_GENERATION, "",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .catalog import CATALOG, SCOPE_LABELS, Kind, MetricSpec, Scope
+from .catalog import CATALOG, SCOPE_LABELS, SLOW_READ_INTERVAL_S, Cadence, Kind, MetricSpec, Scope
 
 _SCOPE_TITLES = {
     Scope.DEVICE: "Device metrics",
@@ -46,6 +46,13 @@ empty for a process that is not a Ray worker. At most 1000 distinct
 `ray_task_id` values per node per 10 minutes are exported (`--task-id-cap`);
 beyond that `ray_task_id` is empty, `task_name` stays, and the dropped values
 are counted in `ray_accelerator_attribution_dropped_labels_total`.
+
+Metrics marked *slow cadence* are read less often where the backend reads on a
+cadence (NVIDIA): every `--slow-read-interval` seconds (default {slow:g} s), each
+device at its own point of that interval so that no cycle reads them all, and
+their last values exported in between. How old they are is
+`ray_accelerator_device_slow_values_age_seconds` (at the sample) plus
+`ray_accelerator_device_sample_age_seconds`. Everything else is read every cycle.
 """
 
 
@@ -56,13 +63,16 @@ def _row(spec: MetricSpec) -> str:
     valid = "-" if spec.kind is Kind.INFO else spec.valid_range.describe()
     if spec.kind is Kind.COUNTER:
         valid += ", never decreasing"
+    description = spec.description
+    if spec.cadence is Cadence.SLOW:
+        description += " *Slow cadence.*"
     return (f"| `{spec.prometheus_name}` | `{spec.name}` | {kind} | {unit} | {labels} | "
-            f"{valid} | {spec.description} |")
+            f"{valid} | {description} |")
 
 
 def render_markdown() -> str:
     """The whole catalog document."""
-    parts = [_HEADER]
+    parts = [_HEADER.format(slow=SLOW_READ_INTERVAL_S)]
     for scope, title in _SCOPE_TITLES.items():
         specs = [s for s in CATALOG if s.scope is scope]
         common = ", ".join(f"`{n}`" for n in SCOPE_LABELS[scope]) or "none"

@@ -15,6 +15,7 @@ from . import topo_command
 from .agent import Agent, serve_forever
 from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
+from .catalog import SLOW_READ_INTERVAL_S
 from .cli_args import RESERVED_LABELS, bounded_number, label_pair
 from .config import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, AgentConfig
 from .exposure import ExposureError, add_exposure_arguments, exposure_settings
@@ -44,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "--interval"),
                        default=DEFAULT_INTERVAL_S, metavar="SECONDS",
                        help=f"sampling interval (default {DEFAULT_INTERVAL_S:g} s)")
+    agent.add_argument("--slow-read-interval",
+                       type=bounded_number(float, 0, 3600, "--slow-read-interval"),
+                       default=SLOW_READ_INTERVAL_S, metavar="SECONDS",
+                       help="how often values marked slow cadence in docs/metrics.md (energy, "
+                            "error counters, link states) are read, each device at its own "
+                            f"point of it (default {SLOW_READ_INTERVAL_S:g} s; 0: every cycle)")
     agent.add_argument("--simulate", metavar="SCENARIO",
                        help="run on simulated hardware: a shipped scenario name or a JSON file")
     agent.add_argument("--retry", type=bounded_number(float, 0.1, 3600, "--retry"),
@@ -129,6 +136,7 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         except ScenarioError as error:
             parser.error(f"--simulate: {error}")
     config = AgentConfig(host=args.host, port=args.port, interval_s=args.interval,
+                         slow_read_interval_s=args.slow_read_interval,
                          backends=args.backends, simulate=args.simulate,
                          node_labels=dict(args.node_label), retry_s=args.retry,
                          ray=not args.no_ray, ray_address=args.ray_address,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .attribution.transfers import DEFAULT_REPORT_AFTER_S, DEFAULT_STALL_AFTER_S
+from .catalog import SLOW_READ_INTERVAL_S
 from .collective import DEFAULT_BUSY_UTILIZATION, DEFAULT_FLAT_BYTES_PER_S, DEFAULT_WINDOW_S
 from .exposure import ExposureSettings
 from .serving import ServingLimits
@@ -23,6 +24,8 @@ class AgentConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     interval_s: float = DEFAULT_INTERVAL_S
+    # How often slow-cadence values are read (catalog.Cadence.SLOW; 0: every cycle).
+    slow_read_interval_s: float = SLOW_READ_INTERVAL_S
     backends: Sequence[str] | None = None
     simulate: str | None = None
     node_labels: dict[str, str] = field(default_factory=dict)

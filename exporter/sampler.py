@@ -41,9 +41,18 @@ class Sampler:
         retry_s: float = 30.0,
         attribution: Callable[[], Attribution] | None = None,
         collective: CollectiveStallDetector | None = None,
+        slow_read_interval_s: float | None = None,
     ) -> None:
+        """`slow_read_interval_s`, when given, is set on every backend that reads on a slow
+        cadence (has a `slow_read_interval_s`: NVIDIA), before any opens."""
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
+        if slow_read_interval_s is not None:
+            if slow_read_interval_s < 0:
+                raise ValueError("slow_read_interval_s must not be negative")
+            for backend in backends:
+                if hasattr(backend, "slow_read_interval_s"):
+                    backend.slow_read_interval_s = slow_read_interval_s
         self.interval_s = interval_s
         self.store = store
         self.node_labels = dict(node_labels or {})

@@ -75,10 +75,13 @@ def open_backend(tmp_path):
     opened: list[NvidiaBackend] = []
     previous = os.environ.get(STATE_ENV)
 
-    def start(source) -> tuple[NvidiaBackend, list, SimulatedHardware]:
+    def start(source, slow_read_interval_s: float = 0.0
+              ) -> tuple[NvidiaBackend, list, SimulatedHardware]:
+        # Every value every sample unless a test asks for the slow cadence (0: every cycle;
+        # tests/test_nvidia_cadence.py tests the cadence itself).
         hardware = SimulatedHardware.start(source, state_dir=tmp_path)
         hardware.activate()
-        backend = NvidiaBackend()
+        backend = NvidiaBackend(slow_read_interval_s=slow_read_interval_s)
         devices = backend.open()
         opened.append(backend)
         return backend, devices, hardware

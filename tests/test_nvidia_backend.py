@@ -325,8 +325,11 @@ def test_32_bit_counters_that_wrap_become_monotonic_totals():
 
 
 def test_slow_calls_are_answered_from_their_last_result_for_ten_seconds(tmp_path, monkeypatch):
+    # A call read every cycle that turns slow (energy, slow on a real H200, is read on the
+    # slow cadence instead: tests/test_nvidia_cadence.py); power ramps up meanwhile.
     doc = scenario(devices=1, freeze_at_s=None)
-    doc["delays"] = [{"function": "nvmlDeviceGetTotalEnergyConsumption", "seconds": 0.002,
+    doc["device_defaults"]["power_mw"] = {"keyframes": [[0, 100_000], [3600, 700_000]]}
+    doc["delays"] = [{"function": "nvmlDeviceGetPowerUsage", "seconds": 0.002,
                       "busy": True}]  # 2 ms of CPU, like a real H200's energy counter
     monkeypatch.setenv(STATE_ENV, "")  # restored after the test
     now = [0.0]
@@ -334,14 +337,14 @@ def test_slow_calls_are_answered_from_their_last_result_for_ten_seconds(tmp_path
         hardware.activate()
         backend = NvidiaBackend(clock=lambda: now[0])
         devices = backend.open()
-        energy = []
+        power = []
         try:
             for seconds in (0, 1, 2, 3, 12):
                 now[0] = seconds
-                time.sleep(0.05)  # the simulated energy counter moves on meanwhile
-                energy.append(values(backend.sample(devices[0]))[(m.ENERGY, ())])
+                time.sleep(0.05)  # the simulated power moves on meanwhile
+                power.append(values(backend.sample(devices[0]))[(m.POWER, ())])
         finally:
             backend.close()
-    assert energy[0] < energy[1]  # slow twice in a row: read both times
-    assert energy[1] == energy[2] == energy[3]  # then the last answer, for 10 s
-    assert energy[4] > energy[3]  # and read again after that
+    assert power[0] < power[1]  # slow twice in a row: read both times
+    assert power[1] == power[2] == power[3]  # then the last answer, for 10 s
+    assert power[4] > power[3]  # and read again after that

@@ -124,8 +124,9 @@ def test_an_agent_drops_counts_and_logs_once(tmp_path):
     doc["devices"][0]["power_mw"] = {"keyframes": [[0, 700_000], [4, -2_000_000]],
                                      "interpolate": "step"}
     energy = []
+    # energy read every cycle (not on the slow cadence), so its decrease is seen within 6 s
     with AgentProcess("--simulate", write_scenario(tmp_path, doc), "--interval", "0.2",
-                      "--backend", "nvidia") as agent:
+                      "--slow-read-interval", "0", "--backend", "nvidia") as agent:
         agent.wait_for(lambda d: len(d["devices"]) == 2 and all(x["up"] for x in d["devices"]))
         for _ in range(20):
             _, _, body = agent.get("/metrics")

@@ -13,9 +13,11 @@ device's slow cadence (cadence.py), and are exported as last read in between.
 from __future__ import annotations
 
 import ctypes
+import struct
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import pynvml
@@ -52,8 +54,6 @@ _PCIE_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
 )
 _LINK_UP = (Reading(m.LINK_UP, 0.0), Reading(m.LINK_UP, 1.0))
 _HOST_FACTS = {"remote_type": "host"}  # what the PCIe link connects to (shared, never changed)
-_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
-                  6: "usVal"}
 
 
 @dataclass(frozen=True)
@@ -199,8 +199,44 @@ def nvmlDeviceGetFieldValues(handle: Any, values: Any) -> Any:
     return values
 
 
-def _field_value(value: Any) -> float:
-    return float(getattr(value.value, _VALUE_MEMBERS.get(value.valueType, "ullVal")))
+# One nvmlFieldValue_t as read back: its valueType, nvmlReturn and the value's 8 bytes as one
+# unsigned integer (fieldId, scopeId, timestamp and latencyUsec are skipped).
+_FIELD_ANSWER = "24xIIQ"
+assert struct.calcsize("=" + _FIELD_ANSWER) == ctypes.sizeof(_PlainFieldValue)
+
+
+@lru_cache(maxsize=16)
+def _answers_layout(count: int) -> struct.Struct:
+    return struct.Struct("=" + _FIELD_ANSWER * count)
+
+
+def _field_answers(values: Any) -> Iterator[tuple[int, int, int]]:
+    """(valueType, nvmlReturn, raw value bits) of each field in `values`, read in one copy."""
+    layout = _answers_layout(len(values))
+    fields = layout.unpack(ctypes.string_at(ctypes.addressof(values), layout.size))
+    return zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
+
+
+def _signed(raw: int, bits: int) -> int:
+    raw &= (1 << bits) - 1
+    return raw - (1 << bits) if raw >> (bits - 1) else raw
+
+
+def _field_number(value_type: int, raw: int) -> float:
+    """The value of a field's union, read as its `valueType` says (NVML_VALUE_TYPE_*)."""
+    if value_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return float(raw & 0xFFFFFFFF)
+    if value_type == pynvml.NVML_VALUE_TYPE_DOUBLE:
+        return struct.unpack("=d", raw.to_bytes(8, sys.byteorder))[0]
+    if value_type == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return float(_signed(raw, 64))
+    if value_type == pynvml.NVML_VALUE_TYPE_SIGNED_INT:
+        return float(_signed(raw, 32))
+    if value_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
+        return float(raw & 0xFFFF)
+    if value_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG and ctypes.sizeof(ctypes.c_ulong) == 4:
+        return float(raw & 0xFFFFFFFF)
+    return float(raw)  # unsigned long (64-bit) and unsigned long long
 
 
 def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
@@ -208,14 +244,19 @@ def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
     by_link: dict[tuple[str, int], list[Reading]] = {}
     values = calls.call(nvmlDeviceGetFieldValues, handle,
                         layout.slow_values if slow else layout.cycle_values, every_cycle=True)
+    if values is None:
+        return by_link
     success, unsigned_int = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-    for position, (value, (link_type, index, metric, labels, scale)) in enumerate(zip(
-        values if values is not None else (), layout.meanings, strict=False
-    )):
-        if value.nvmlReturn == success:
-            number = _field_value(value)
-            if value.valueType == unsigned_int:  # every field is a counter
-                number = layout.unwrapper.total(position, int(number))
+    unsigned_long_long = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    for position, ((value_type, status, raw), (link_type, index, metric, labels, scale)) in (
+            enumerate(zip(_field_answers(values), layout.meanings, strict=False))):
+        if status == success:
+            if value_type == unsigned_long_long:  # the NVLink counters: the common case first
+                number = float(raw)
+            elif value_type == unsigned_int:  # every field is a counter
+                number = float(layout.unwrapper.total(position, raw & 0xFFFFFFFF))
+            else:
+                number = _field_number(value_type, raw)
             found = by_link.get((link_type, index))
             if found is None:
                 found = by_link[(link_type, index)] = []

@@ -1,0 +1,279 @@
+"""The NVIDIA backend's slow cadence (exporter/backends/nvidia/cadence.py).
+
+Values the catalog marks `Cadence.SLOW` (energy, error counters, link states...)
+are read on a device's first cycle and then every `slow_read_interval_s`, each
+GPU at its own point of the interval; in between their last values are exported
+with their age, and a device lost in between keeps its counters. The real
+nvidia-ml-py binding reads the fake libnvidia-ml.so.1 of the `hgx-h200` node
+(its simulated driver time removed), on a clock the tests step.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pynvml
+import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from ray_accel.exporter import catalog as m
+from ray_accel.exporter.backends.nvidia import NvidiaBackend
+from ray_accel.exporter.backends.nvidia.interconnect import NVLINK
+from ray_accel.exporter.backends.nvidia.probes import DEVICE_PROBES, SLOW_PROBES, DeviceState
+from ray_accel.exporter.model import DeviceSample
+from ray_accel.exporter.sampler import Sampler
+from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
+from ray_accel.exporter.sinks.prometheus import snapshot_text
+from ray_accel.exporter.store import SnapshotStore
+
+INTERVAL_S = 10.0
+GPUS = 8
+ENERGY_CALL = "nvmlDeviceGetTotalEnergyConsumption"
+
+
+class Clock:
+    """The backend's monotonic clock, stepped by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch) -> Iterator[SimulatedHardware]:
+    """The simulated 8x H200 node, running in real time, without its simulated driver time."""
+    doc = copy.deepcopy(load_scenario("hgx-h200"))
+    doc["delays"] = []
+    # NVLink CRC, replay and recovery errors counting up on every link (fields 161-163)
+    for device in doc["devices"]:
+        device.setdefault("fields", {}).update({
+            str(field): {"*": {"start": 100, "rate_per_s": 50}}
+            for field in (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+                          pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+                          pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC)})
+    with SimulatedHardware.start(doc, state_dir=tmp_path) as hardware:
+        hardware.activate()
+        yield hardware
+
+
+@pytest.fixture
+def nvml_calls(monkeypatch) -> Counter[str]:
+    """NVML C functions called, by name (the binding looks each one up on every call)."""
+    counts: Counter[str] = Counter()
+    lookup = pynvml._nvmlGetFunctionPointer
+
+    def counted(name: str):
+        counts[name] += 1
+        return lookup(name)
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", counted)
+    return counts
+
+
+def _opened(clock: Clock, interval_s: float = INTERVAL_S) -> tuple[NvidiaBackend, list]:
+    backend = NvidiaBackend(clock=clock, slow_read_interval_s=interval_s)
+    return backend, list(backend.open())
+
+
+def _started(sampler: Sampler) -> None:
+    """Cycles until every GPU answered (a loaded machine may need more than one to open)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        snapshot = sampler.run_cycle()
+        if len(snapshot.devices) == GPUS and all(d.up and d.readings for d in snapshot.devices):
+            return
+    raise AssertionError("the simulated GPUs did not all answer within 60 s")
+
+
+def _value(sample: DeviceSample, metric: str, **labels: str) -> float | None:
+    wanted = tuple(labels.items())
+    return next((r.value for r in sample.readings if r.metric == metric and r.labels == wanted),
+                None)
+
+
+def _link_values(sample: DeviceSample, metric: str) -> dict[tuple[int, tuple], float]:
+    return {(link.index, r.labels): r.value for link in sample.links
+            if link.link_type == NVLINK for r in link.readings if r.metric == metric}
+
+
+def test_slow_values_are_read_on_their_cadence_spread_over_the_gpus(node, nvml_calls):
+    clock = Clock()
+    backend, devices = _opened(clock)
+    try:
+        read_at: dict[str, list[int]] = {d.uuid: [] for d in devices}
+        energy: dict[str, list[float]] = {d.uuid: [] for d in devices}
+        for second in range(31):
+            clock.now = 1000.0 + second
+            for device in devices:
+                before = nvml_calls[ENERGY_CALL]
+                sample = backend.sample(device)
+                assert sample.up
+                if nvml_calls[ENERGY_CALL] > before:
+                    read_at[device.uuid].append(second)
+                energy[device.uuid].append(_value(sample, m.ENERGY))
+            time.sleep(0.01)  # the simulated energy counter moves on meanwhile
+    finally:
+        backend.close()
+    by_index = {d.index: read_at[d.uuid] for d in devices}
+    # the first cycle reads everything; then each GPU every 10 s, at its own point
+    assert by_index["0"] == [0, 10, 20, 30]
+    assert by_index["4"] == [0, 5, 15, 25]
+    assert all(times[0] == 0 and len(times) in (3, 4) for times in by_index.values())
+    later = Counter(t for times in by_index.values() for t in times if t > 0)
+    assert max(later.values()) == 1  # no cycle after the first pays for two GPUs' slow reads
+    for device in devices:  # in between, the value last read, unchanged; fresh at each read
+        series, reads = energy[device.uuid], read_at[device.uuid]
+        for second in range(1, 31):
+            if second in reads:
+                assert series[second] > series[second - 1]
+            else:
+                assert series[second] == series[second - 1]
+
+
+def test_the_age_of_slow_values_is_exported_with_them(node):
+    clock = Clock()
+    backend, devices = _opened(clock)
+    first = devices[0]
+    try:
+        ages = []
+        for second in (0, 3, 9, 10, 12):
+            clock.now = 1000.0 + second
+            ages.append(_value(backend.sample(first), m.SLOW_VALUES_AGE))
+    finally:
+        backend.close()
+    assert ages == [0.0, 3.0, 9.0, 0.0, 2.0]  # GPU 0 reads at 0, 10, 20...
+
+
+def test_the_age_reaches_prometheus_and_fresh_values_stay_fresh(node):
+    clock = Clock()
+    backend = NvidiaBackend(clock=clock, slow_read_interval_s=INTERVAL_S)
+    sampler = Sampler([backend], SnapshotStore(), interval_s=1.0)
+    try:
+        _started(sampler)
+        clock.now += 4.0
+        snapshot = sampler.run_cycle()
+    finally:
+        sampler.stop()
+    ages = {s.labels["index"]: s.value for family in parse_text(snapshot_text(snapshot).decode())
+            for s in family.samples if s.name == "ray_accelerator_device_slow_values_age_seconds"}
+    # GPUs 1-3 were due 1.25, 2.5 and 3.75 s after the first read; the others wait
+    assert ages == {"0": 4.0, "1": 0.0, "2": 0.0, "3": 0.0, "4": 4.0, "5": 4.0, "6": 4.0,
+                    "7": 4.0}
+
+
+def test_link_bytes_every_cycle_link_errors_and_states_on_the_cadence(node, nvml_calls):
+    clock = Clock()
+    backend, devices = _opened(clock)
+    gpu = devices[0]
+    try:
+        samples, states, field_calls = [], [], []
+        for second in (0, 1, 2, 10):
+            clock.now = 1000.0 + second
+            before = Counter(nvml_calls)
+            samples.append(backend.sample(gpu))
+            states.append(nvml_calls["nvmlDeviceGetNvLinkState"]
+                          - before["nvmlDeviceGetNvLinkState"])
+            field_calls.append(nvml_calls["nvmlDeviceGetFieldValues"]
+                               - before["nvmlDeviceGetFieldValues"])
+            time.sleep(0.05)  # the training traffic moves the byte counters
+    finally:
+        backend.close()
+    links = len([link for link in samples[0].links if link.link_type == NVLINK])
+    assert links == 18
+    assert field_calls == [1, 1, 1, 1]  # one field-values call per cycle, slow fields or not
+    assert states == [links, 0, 0, links]  # link states on the slow cycles only
+    transmitted = [_link_values(s, m.LINK_IO) for s in samples]
+    assert transmitted[1] != transmitted[0] and transmitted[2] != transmitted[1]  # every cycle
+    errors = [_link_values(s, m.LINK_ERRORS) for s in samples]
+    assert len(errors[0]) == links * 3  # crc, replay, recovery per link
+    assert errors[1] == errors[0] and errors[2] == errors[0]  # exported as last read
+    assert all(errors[3][key] > errors[0][key] for key in errors[0])  # read again at 10 s
+    up = [_link_values(s, m.LINK_UP) for s in samples]
+    assert up[0] and up[1] == up[0] and up[3] == up[0]
+
+
+def test_a_gpu_lost_between_slow_reads_keeps_its_counters(node):
+    clock = Clock()
+    backend = NvidiaBackend(clock=clock, slow_read_interval_s=INTERVAL_S)
+    sampler = Sampler([backend], SnapshotStore(), interval_s=1.0)
+    try:
+        _started(sampler)  # every slow value read
+        clock.now += 1.0
+        before = sampler.run_cycle().devices[5]  # GPU 5 is due 6.25 s after its first read
+        lost_at = node.elapsed_s()
+        node.modify(lambda doc: doc["devices"][5].update(lost_at_s=lost_at))
+        clock.now += 1.0
+        after = sampler.run_cycle().devices[5]
+    finally:
+        sampler.stop()
+    assert before.up and not after.up
+    assert _value(before, m.SLOW_VALUES_AGE) == 1.0
+    for metric, labels in ((m.ENERGY, {}), (m.HW_ERRORS, {"error_type": "ecc_corrected"}),
+                           (m.HW_ERRORS, {"error_type": "pcie_replay"})):
+        assert _value(before, metric, **labels) is not None
+        assert _value(after, metric, **labels) == _value(before, metric, **labels)
+    assert _link_values(after, m.LINK_ERRORS) == _link_values(before, m.LINK_ERRORS)
+    assert _link_values(after, m.LINK_IO) == _link_values(before, m.LINK_IO)
+    # gauges are not true any more: the age of the slow values goes with them
+    assert _value(after, m.SLOW_VALUES_AGE) is None and _value(after, m.POWER_LIMIT) is None
+
+
+def test_every_slow_probe_metric_is_slow_in_the_catalog_and_no_cycle_probe_metric_is(node):
+    backend, devices = _opened(Clock())
+    try:
+        tracked = backend._tracked[devices[0].uuid]
+        state = DeviceState()
+        slow = {r.metric for probe in SLOW_PROBES
+                for r in probe(tracked.calls, tracked.handle, state)}
+        every = {r.metric for probe in DEVICE_PROBES
+                 for r in probe(tracked.calls, tracked.handle, state)}
+    finally:
+        backend.close()
+    assert {m.ENERGY, m.POWER_LIMIT, m.HW_ERRORS} <= slow
+    assert all(m.spec(metric).cadence is m.Cadence.SLOW for metric in slow)
+    assert all(m.spec(metric).cadence is m.Cadence.CYCLE for metric in every)
+
+
+def test_interval_zero_reads_slow_values_every_cycle(node, nvml_calls):
+    clock = Clock()
+    backend, devices = _opened(clock, interval_s=0.0)
+    try:
+        for second in range(3):
+            clock.now = 1000.0 + second
+            backend.sample(devices[0])
+    finally:
+        backend.close()
+    assert nvml_calls[ENERGY_CALL] == 3
+
+
+def test_a_negative_slow_read_interval_is_refused():
+    with pytest.raises(ValueError, match="slow_read_interval_s"):
+        Sampler([NvidiaBackend()], SnapshotStore(), slow_read_interval_s=-1.0)
+
+
+@pytest.mark.parametrize(("member", "value_type", "value"), [
+    ("dVal", pynvml.NVML_VALUE_TYPE_DOUBLE, 2.5),
+    ("uiVal", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 2**32 - 1),
+    ("ullVal", pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 2**40 + 3),
+    ("sllVal", pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, -7),
+    ("siVal", pynvml.NVML_VALUE_TYPE_SIGNED_INT, -5),
+    ("usVal", pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, 65535),
+])
+def test_field_values_are_read_back_as_their_value_type_says(member, value_type, value):
+    # The link counters' answers are read in one copy of the array (cheaper than ctypes'
+    # attribute access per field): each type must come out as the binding reads it.
+    from ray_accel.exporter.backends.nvidia import interconnect
+
+    values = (interconnect._PlainFieldValue * 2)()
+    values[0].valueType, values[0].nvmlReturn = value_type, pynvml.NVML_SUCCESS
+    setattr(values[0].value, member, value)
+    values[1].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+    (kind, status, raw), (_, missing, _) = interconnect._field_answers(values)
+    assert (kind, status, missing) == (value_type, pynvml.NVML_SUCCESS,
+                                       pynvml.NVML_ERROR_NOT_SUPPORTED)
+    assert interconnect._field_number(kind, raw) == getattr(values[0].value, member) == value
