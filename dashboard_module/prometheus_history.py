@@ -149,22 +149,27 @@ def scope_queries(scope: Scope, filters: Sequence[str]) -> dict[str, str]:
         return {
             "utilization": f"avg({sel(m.GPU_UTILIZATION, general, node)})",
             "power_watts": f"sum({sel(m.POWER, node)})",
-            "utilization/uuid": f"max by (uuid) ({sel(m.GPU_UTILIZATION, general, node)})",
-            "memory_used_bytes/uuid": f"max by (uuid) ({sel(m.MEMORY_USAGE, node)})",
+            # each device of the node as the device scope reads it
+            **{f"{name}/uuid": expr for name, expr in _per_device(sel, node, "max by (uuid) ")
+               .items() if name != "power_watts"},
         }
     if scope.kind == "device":
-        device = eq("uuid", scope.key)
-        return {
-            "utilization": f"max({sel(m.GPU_UTILIZATION, general, device)})",
-            "memory_used_bytes": f"max({sel(m.MEMORY_USAGE, device)})",
-            "power_watts": f"max({sel(m.POWER, device)})",
-        }
+        return _per_device(sel, eq("uuid", scope.key), "max")
     held = sel(m.ALLOCATION, eq("ray_job_id", scope.key))
     return {
         "devices_held": f"sum({held})",
         "idle_allocations": f"sum({sel(m.ALLOCATION_IDLE)} * {held})",
         "utilization": f"avg({sel(m.GPU_UTILIZATION, general)} and on (uuid) ({held} > 0))",
         "memory_used_bytes": f"sum({sel(m.PROCESS_MEMORY_USAGE, eq('ray_job_id', scope.key))})",
+    }
+
+
+def _per_device(sel: Callable[..., str], matcher: str, aggregate: str) -> dict[str, str]:
+    """A device's series among those `matcher` selects; `aggregate` keeps one per device."""
+    return {
+        "utilization": f"{aggregate}({sel(m.GPU_UTILIZATION, eq('task', 'general'), matcher)})",
+        "memory_used_bytes": f"{aggregate}({sel(m.MEMORY_USAGE, matcher)})",
+        "power_watts": f"{aggregate}({sel(m.POWER, matcher)})",
     }
 
 
@@ -208,22 +213,26 @@ class PrometheusHistory:
         except TimeoutError:
             raise PrometheusError(f"Prometheus at {self.settings.url} did not answer within "
                                   f"{self.settings.timeout_s:g} s") from None
-        except aiohttp.ClientError as error:
+        except (aiohttp.ClientError, OSError) as error:
             raise PrometheusError(f"Prometheus at {self.settings.url}: "
                                   f"{type(error).__name__}: {error}") from None
         count = (end - start) // step + 1
         body: dict[str, Any] = {"timestamps": [float(start + i * step) for i in range(count)],
                                 "step_s": step}
-        for name, matrix in zip(queries, results, strict=True):
-            if name.endswith("/uuid"):
-                field = name.removesuffix("/uuid")
-                devices = body.setdefault("devices", {})
-                for entry in matrix:
-                    uuid = entry["metric"].get("uuid", "")
-                    devices.setdefault(uuid, {})[field] = _on_grid(entry, start, step, count)
-            else:
-                body[name] = (_on_grid(matrix[0], start, step, count) if matrix
-                              else [None] * count)
+        try:
+            for name, matrix in zip(queries, results, strict=True):
+                if name.endswith("/uuid"):
+                    field = name.removesuffix("/uuid")
+                    devices = body.setdefault("devices", {})
+                    for entry in matrix:
+                        uuid = entry["metric"].get("uuid", "")
+                        devices.setdefault(uuid, {})[field] = _on_grid(entry, start, step, count)
+                else:
+                    body[name] = (_on_grid(matrix[0], start, step, count) if matrix
+                                  else [None] * count)
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise PrometheusError(f"Prometheus at {self.settings.url} answered a malformed "
+                                  f"matrix ({type(error).__name__}: {error})") from None
         return body
 
     async def _query_range(self, session: aiohttp.ClientSession, expr: str, start: int,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -216,32 +218,48 @@ def test_a_down_or_silent_prometheus_falls_back_to_memory_with_the_error(agents)
     assert late["error"] == f"Prometheus at {slow.settings.url} did not answer within 0.5 s"
 
 
-def test_prometheus_errors_and_headers_reach_the_answer():
+MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+
+
+@pytest.mark.parametrize("status,answer,words", [
+    (400, {"status": "error", "errorType": "bad_data", "error": "1:1: parse error"},
+     "refused a query (HTTP 400): 1:1: parse error"),
+    (200, "<html>a proxy's login page</html>", "answered HTTP 200 that is not JSON"),
+    (200, {"status": "success", "data": {"resultType": "vector", "result": []}},
+     "answered a 'vector', not a matrix"),
+    (200, {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {}, "values": [[1, "not a number"]]}]}}, "answered a malformed matrix"),
+])
+def test_prometheus_errors_and_headers_reach_the_answer(status, answer, words):
     seen: list[dict[str, str]] = []
 
-    async def refuse(request: web.Request) -> web.Response:
+    async def fake_prometheus(request: web.Request) -> web.Response:
         seen.append(dict(request.headers))
-        return web.json_response({"status": "error", "errorType": "bad_data",
-                                  "error": "1:1: parse error"}, status=400)
+        form = await request.post()
+        if "uuid=" not in form["query"]:  # only the device's utilization query fails
+            return web.json_response(MATRIX)
+        if isinstance(answer, str):
+            return web.Response(text=answer, status=status)
+        return web.json_response(answer, status=status)
 
     async def scenario() -> dict:
         app = web.Application()
-        app.router.add_post("/api/v1/query_range", refuse)
+        app.router.add_post("/api/v1/query_range", fake_prometheus)
         async with TestServer(app) as server:
             history, error = configured(
                 {"RAY_PROMETHEUS_HOST": str(server.make_url("/")),
                  "RAY_PROMETHEUS_HEADERS": '[["Authorization", "Bearer x"], ["X-Org", "7"]]'},
                 session_name=THIS)
             assert error == "" and history is not None
-            api = _api(history)
-            async with TestClient(TestServer(build_app(api))) as client:
+            async with TestClient(TestServer(build_app(_api(history)))) as client:
                 reply = await client.get("/accelerators/api/history", params={"uuid": "GPU-1"})
+                assert reply.status == 200
                 return await reply.json()
 
     body = asyncio.run(scenario())
     assert body["source"] == "memory" and body["scope"] == "device"
-    assert "refused a query (HTTP 400): 1:1: parse error" in body["error"]
-    assert seen and seen[0]["Authorization"] == "Bearer x" and seen[0]["X-Org"] == "7"
+    assert body["error"].startswith("Prometheus at http://127.0.0.1:") and words in body["error"]
+    assert seen and all(h["Authorization"] == "Bearer x" and h["X-Org"] == "7" for h in seen)
 
 
 def test_unusable_settings_and_bad_requests_change_nothing():
@@ -260,3 +278,12 @@ def test_unusable_settings_and_bad_requests_change_nothing():
         (400, "give at most one of node_id, uuid, job_id"),
         (400, "malformed device uuid 'GPU 1'")]
     assert unknown == 404  # in memory only, an unknown node has no series
+
+
+def test_the_standalone_refuses_a_prometheus_that_is_not_a_url():
+    result = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "dashboard",
+                             "--prometheus", "prometheus:9090"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert "--prometheus: a Prometheus URL looks like http://host:9090, got 'prometheus:9090'" \
+        in result.stderr
