@@ -28,6 +28,7 @@ from .collector import Collector
 from .heatmap_columns import columns_body
 from .history import memory_series
 from .node_detail import Detail
+from .node_record import RecordRefused, node_recording, record_query
 from .prometheus_history import DEFAULT_RANGE, RANGES, PrometheusHistory, Scope, TabHistory
 
 PREFIX = "/accelerators"
@@ -132,6 +133,7 @@ class AcceleratorsApi:
             (re.compile(r"^heatmap$"), self.heatmap),
             (re.compile(r"^nodes$"), self.nodes),
             (re.compile(r"^nodes/([^/]+)$"), self.node),
+            (re.compile(r"^nodes/([^/]+)/record$"), self.node_record),
             (re.compile(r"^jobs$"), self.jobs),
             (re.compile(r"^jobs/([^/]+)$"), self.job),
             (re.compile(r"^actors/([^/]+)$"), self.actor),
@@ -227,6 +229,16 @@ class AcceleratorsApi:
         if node is None:
             raise ApiError(404, f"unknown node {node_id}: no live agent is registered for it")
         return view, node
+
+    async def node_record(self, request: web.Request, node_id: str) -> web.Response:
+        """The node's recent history as a scenario file to download, from its agent."""
+        params = _params(request, frozenset({"last", "identities"}))
+        try:
+            query = record_query(params.get("last"), params.get("identities"))
+        except RecordRefused as error:
+            raise ApiError(400, str(error)) from None
+        _, node = self._node_state(node_id)
+        return await node_recording(self.collector.session(), node, query)
 
     async def node(self, request: web.Request, node_id: str) -> web.Response:
         """One node in full: its agent's whole snapshot, fetched now (or within the last

@@ -155,6 +155,12 @@ export async function authenticate(token: string): Promise<boolean> {
   return reply.ok;
 }
 
+// GET nodes/{id}/record: the node agent's recent history as a scenario file (a download).
+export const RECORDING_LAST = "10m";
+export function recordingPath(nodeId: string, last: string = RECORDING_LAST): string {
+  return `api/nodes/${encodeURIComponent(nodeId)}/record?last=${encodeURIComponent(last)}`;
+}
+
 export interface Polled<T> { data: T | null; error: ApiError | null; reload: () => void }
 
 // Fetches `path` now and every `everyMs` while mounted; keeps the last good answer.

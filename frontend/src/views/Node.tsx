@@ -4,7 +4,7 @@ import {
   Alert, Box, Chip, Link, Stack, Table, TableBody, TableCell, TableHead, TableRow, Tooltip,
   Typography,
 } from "@mui/material";
-import { rayLink, usePoll, type Device, type NodeDetail } from "../api";
+import { rayLink, recordingPath, usePoll, type Device, type NodeDetail } from "../api";
 import { ActivityCell, HolderStateChip, activityText, withTensor } from "../components/Activity";
 import { FabricTable, fabricDevices } from "../components/FabricTable";
 import { HistoryRange, sourceText, useHistory, type HistoryRangeName } from "../components/HistoryRange";
@@ -64,6 +64,12 @@ export function NodeView({ nodeId, refreshMs, ray }: {
           node {node.node_id} · {node.node_ip} · agent {node.url}
           {node.placement.nvlink_domain && ` · NVLink domain ${node.placement.nvlink_domain}`}
           {rayNode && <> · <Link href={rayNode} data-testid="ray-node-link">Ray node page</Link></>}
+          {" · "}
+          <Tooltip title="The node agent's last 10 minutes as a scenario file: replay it anywhere with ray-accel agent --simulate FILE (UUIDs, serials and pids replaced).">
+            <Link href={recordingPath(node.node_id)} download data-testid="node-recording-link">
+              Download recording (last 10 min)
+            </Link>
+          </Tooltip>
           {" · "}<Link href={transfersHref({ node: node.node_id })} data-testid="node-transfers-link">
             Transfers</Link>
         </Typography>
