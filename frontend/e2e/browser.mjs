@@ -4,10 +4,10 @@
 // sees, and saves a screenshot of each view.
 // Environment: BASE_URL, TOKEN, SHOTS (folder), EXPECT_DEVICES, EXPECT_IDLE_CLASS,
 // EXPECT_LINKS (the node's links), EXPECT_SPINNING_CLASS (an actor spinning its GPU, if any).
-import { chromium } from "playwright-core";
 import { mkdirSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { check, checks, openBrowser } from "./harness.mjs";
 
 const base = process.env.BASE_URL;
 const token = process.env.TOKEN;
@@ -17,22 +17,8 @@ const idleClass = process.env.EXPECT_IDLE_CLASS ?? "IdleHolder";
 const links = process.env.EXPECT_LINKS ? Number(process.env.EXPECT_LINKS) : null;
 const spinningClass = process.env.EXPECT_SPINNING_CLASS ?? "";
 mkdirSync(shots, { recursive: true });
-let checks = 0;
 
-function check(condition, what) {
-  if (!condition) throw new Error(`check failed: ${what}`);
-  checks += 1;
-}
-
-const profile = mkdtempSync(join(tmpdir(), "chromium-profile-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1440, height: 900 },
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const page = await context.newPage();
+const { context, page } = await openBrowser();
 try {
   // Behind Ray's token: refused without it, then signed in the way Ray's UI does.
   const refused = await context.request.get(`${base}/accelerators/`);
@@ -50,8 +36,13 @@ try {
   await idleCell.waitFor({ timeout: 60000 });
   check((await page.locator('[data-testid^="cell-"]').count()) === Number(devices),
         "one heatmap cell per device");
-  check((await page.getByTestId("domain-header").first().innerText()).includes("NVLink domain"),
+  check((await page.getByTestId("group-header").first().innerText()).includes("NVLink domain"),
         "devices grouped by NVLink domain");
+  const overview = page.getByTestId("overview");
+  check((await overview.getAttribute("data-cells")) === devices,
+        `the overview places every device (${await overview.getAttribute("data-cells")})`);
+  check((await page.getByTestId("overview-count").getAttribute("data-shown")) === devices,
+        "the overview reports every device shown");
   await page.getByTestId("metric-util").click();
   check((await page.getByTestId("legend-scale").count()) === 1, "the utilization scale in the legend");
   const down = "rgb(229, 57, 53)"; // HEALTH_COLORS.down
@@ -125,10 +116,10 @@ try {
   await idleFinding.first().waitFor();
   check((await idleFinding.first().innerText()).includes(idleClass), "idle allocation finding");
   await page.screenshot({ path: join(shots, "findings.png"), fullPage: true });
-  console.log(`browser: ${checks} checks passed; screenshots in ${shots}`);
+  console.log(`browser: ${checks.passed} checks passed; screenshots in ${shots}`);
 } catch (error) {
   await page.screenshot({ path: join(shots, "failure.png"), fullPage: true }).catch(() => {});
-  console.error(`browser: ${error.message} (after ${checks} checks; see ${shots}/failure.png)`);
+  console.error(`browser: ${error.message} (after ${checks.passed} checks; see ${shots}/failure.png)`);
   process.exitCode = 1;
 } finally {
   await context.close();

@@ -43,6 +43,7 @@ export interface HeatCell {
 export interface HeatNode {
   node_id: string; hostname: string; status: string; nvlink_domain: string;
   devices: HeatCell[];
+  placement?: Record<string, string>; // nvlink_domain, rack, zone, node_pool (columns form)
 }
 
 export interface Finding {

@@ -7,6 +7,7 @@ import { FabricTable, fabricDevices } from "./components/FabricTable";
 import { Heatmap, cellColor, groupRows } from "./components/Heatmap";
 import { Sparkline } from "./components/Sparkline";
 import { ABSENT_FILL, bytes, heatColor, percent, rate, watts } from "./format";
+import { overviewGroups } from "./overview";
 import { FindingRow, filterFindings } from "./views/Findings";
 
 function node(id: string, domain: string, cells = 8, idleAt = -1): HeatNode {
@@ -46,10 +47,12 @@ describe("routes and links", () => {
 });
 
 describe("heatmap", () => {
-  it("groups nodes by NVLink domain", () => {
-    const rows = groupRows([node("b", "d2"), node("a", "d1"), node("c", "d2")]);
-    expect(rows.map((r) => (r.kind === "domain" ? `[${r.domain}:${r.count}]` : r.node.node_id)))
-      .toEqual(["[d1:1]", "a", "[d2:2]", "b", "c"]);
+  it("lists each group's nodes under its header", () => {
+    const groups = overviewGroups([node("b", "d2"), node("a", "d1"), node("c", "d2")],
+                                  "nvlink_domain", "all");
+    const rows = groupRows(groups);
+    expect(rows.map((r) => (r.kind === "group" ? `[${r.label}:${r.count}]` : r.node.node_id)))
+      .toEqual(["[NVLink domain: d2:2]", "b", "c", "[NVLink domain: d1:1]", "a"]);
   });
   it("colours a down device red whatever the metric", () => {
     const cell = node("a", "d").devices[1];
@@ -60,7 +63,8 @@ describe("heatmap", () => {
     Object.defineProperty(HTMLElement.prototype, "clientHeight", { configurable: true, value: 400 });
     Object.defineProperty(HTMLElement.prototype, "clientWidth", { configurable: true, value: 1000 });
     const nodes = Array.from({ length: 1000 }, (_, i) => node(`n${i}`, "d", 8, i === 0 ? 2 : -1));
-    render(<Heatmap nodes={nodes} metric="util" onOpen={() => undefined} height={400} />);
+    render(<Heatmap groups={overviewGroups(nodes, "nvlink_domain", "all")} metric="util"
+      onOpen={() => undefined} height={400} />);
     const cells = screen.getAllByRole("button");
     expect(cells.length).toBeGreaterThan(0);
     expect(cells.length).toBeLessThan(400); // virtualised: not 8000

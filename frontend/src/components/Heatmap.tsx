@@ -1,28 +1,23 @@
-// Every device of the cluster as a coloured cell, one row per node, grouped by NVLink
-// domain. Rows are virtualised, so 1000 nodes render only what is on screen.
+// The nodes of the overview's groups as rows of device cells (a node's devices in index
+// order), each group under its header, in the overview's order. Rows are virtualised, so
+// 10,000 nodes render only what is on screen.
 import { useMemo, useRef } from "react";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import { Box, Chip, Tooltip, Typography } from "@mui/material";
 import type { HeatCell, HeatNode } from "../api";
 import { HEALTH_COLORS, heatColor, heatTextColor, percent, watts } from "../format";
+import type { Group } from "../overview";
 import { SPINNING_COLOR, activityText } from "./Activity";
 
 export type HeatMetric = "util" | "mem" | "health";
 
-type Row = { kind: "domain"; domain: string; count: number } | { kind: "node"; node: HeatNode };
+type Row = { kind: "group"; label: string; count: number } | { kind: "node"; node: HeatNode };
 
-export function groupRows(nodes: HeatNode[]): Row[] {
-  const byDomain = new Map<string, HeatNode[]>();
-  for (const node of nodes) {
-    const key = node.nvlink_domain || "";
-    if (!byDomain.has(key)) byDomain.set(key, []);
-    byDomain.get(key)!.push(node);
-  }
+export function groupRows(groups: Group[]): Row[] {
   const rows: Row[] = [];
-  for (const domain of [...byDomain.keys()].sort()) {
-    const members = byDomain.get(domain)!;
-    rows.push({ kind: "domain", domain, count: members.length });
-    for (const node of members) rows.push({ kind: "node", node });
+  for (const group of groups) {
+    rows.push({ kind: "group", label: group.label, count: group.nodes.length });
+    for (const member of group.nodes) rows.push({ kind: "node", node: member.node });
   }
   return rows;
 }
@@ -75,15 +70,15 @@ function Cell({ cell, node, metric, onOpen }: {
   );
 }
 
-export function Heatmap({ nodes, metric, onOpen, height = 560 }: {
-  nodes: HeatNode[]; metric: HeatMetric; onOpen: (nodeId: string) => void; height?: number;
+export function Heatmap({ groups, metric, onOpen, height = 560 }: {
+  groups: Group[]; metric: HeatMetric; onOpen: (nodeId: string) => void; height?: number;
 }) {
-  const rows = useMemo(() => groupRows(nodes), [nodes]);
+  const rows = useMemo(() => groupRows(groups), [groups]);
   const parent = useRef<HTMLDivElement>(null);
   const virtual = useVirtualizer({
     count: rows.length,
     getScrollElement: () => parent.current,
-    estimateSize: (i) => (rows[i].kind === "domain" ? 34 : 28),
+    estimateSize: (i) => (rows[i].kind === "group" ? 34 : 28),
     overscan: 12,
     initialRect: { width: 1000, height },
   });
@@ -100,14 +95,15 @@ export function Heatmap({ nodes, metric, onOpen, height = 560 }: {
               transform: `translateY(${item.start}px)`, display: "flex", alignItems: "center",
               px: 1,
             }}>
-              {row.kind === "domain" ? (
-                <Typography variant="subtitle2" data-testid="domain-header">
-                  NVLink domain: {row.domain || "none reported"}{" "}
+              {row.kind === "group" ? (
+                <Typography variant="subtitle2" data-testid="group-header">
+                  {row.label}{" "}
                   <Chip size="small" label={`${row.count} node${row.count === 1 ? "" : "s"}`} />
                 </Typography>
               ) : (
                 <>
-                  <Box component="a" href={`#/node/${row.node.node_id}`}
+                  <Box component="a" href={`#/node/${row.node.node_id}`} data-testid="node-row"
+                    data-node={row.node.node_id}
                     sx={{ width: 190, flexShrink: 0, fontSize: 13, overflow: "hidden",
                           textOverflow: "ellipsis", whiteSpace: "nowrap" }}>
                     {row.node.hostname || row.node.node_id.slice(0, 12)}

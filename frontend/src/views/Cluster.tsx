@@ -1,16 +1,25 @@
-// Cluster overview: summary cards with sparklines, devices by model, and the heatmap.
-import { useState } from "react";
+// Cluster overview: summary cards with sparklines, devices by model, every device on one
+// canvas (ordered, filtered and grouped), the groups, and the nodes as rows of cells.
+import { useMemo, useState } from "react";
 import {
-  Alert, Box, Card, CardContent, Stack, Table, TableBody, TableCell, TableHead, TableRow,
+  Alert, Box, Card, CardContent, Chip, Stack, Table, TableBody, TableCell, TableHead, TableRow,
   ToggleButton, ToggleButtonGroup, Typography,
 } from "@mui/material";
-import { usePoll, type HeatNode, type Summary } from "../api";
+import { usePoll, type Summary } from "../api";
+import { DeviceOverview } from "../components/DeviceOverview";
+import { GroupList } from "../components/GroupList";
 import { Heatmap, type HeatMetric } from "../components/Heatmap";
 import { HistoryRange, sourceText, useHistory, type HistoryRangeName } from "../components/HistoryRange";
 import { InfoMark } from "../components/InfoMark";
 import { HeatLegend } from "../components/Legend";
 import { Sparkline } from "../components/Sparkline";
 import { MEMORY_AS_RAY_SHOWS_IT, bytes, percent, watts } from "../format";
+import {
+  FOCUSES, FOCUS_NAMES, GROUP_NAMES, decodeColumns, focusCounts, groupLabel, overviewGroups,
+  type Focus, type GroupBy, type HeatColumns,
+} from "../overview";
+
+const GROUPINGS: GroupBy[] = ["nvlink_domain", "rack", "zone", "node_pool", "none"];
 
 function Stat({ label, value, testid, help, children }: {
   label: string; value: string; testid: string; help?: string; children?: React.ReactNode;
@@ -33,7 +42,7 @@ function Stat({ label, value, testid, help, children }: {
 
 export function ClusterView({ refreshMs }: { refreshMs: number }) {
   const summary = usePoll<Summary>("summary", refreshMs);
-  const heatmap = usePoll<{ nodes: HeatNode[] }>("heatmap", refreshMs);
+  const heatmap = usePoll<HeatColumns>("heatmap?form=columns", refreshMs);
   const [metric, setMetric] = useState<HeatMetric>("util");
   const [range, setRange] = useState<HistoryRangeName>("1h");
   const series = useHistory(range, {}, refreshMs);
@@ -112,10 +121,74 @@ export function ClusterView({ refreshMs }: { refreshMs: number }) {
         </ToggleButtonGroup>
       </Box>
       <HeatLegend metric={metric} />
-      {heatmap.data && (
-        <Heatmap nodes={heatmap.data.nodes} metric={metric}
-          onOpen={(id) => { window.location.hash = `#/node/${id}`; }} />
+      {heatmap.error && <Alert severity="error">{heatmap.error.message}</Alert>}
+      {heatmap.data && <Devices columns={heatmap.data} metric={metric} />}
+    </Stack>
+  );
+}
+
+const openNode = (id: string) => { window.location.hash = `#/node/${id}`; };
+
+// The overview's controls, the canvas of every device, the groups and the node rows.
+export function Devices({ columns, metric }: { columns: HeatColumns; metric: HeatMetric }) {
+  const [by, setBy] = useState<GroupBy>("nvlink_domain");
+  const [focus, setFocus] = useState<Focus | "all">("all");
+  const [group, setGroup] = useState<string | null>(null);
+  // decoded again only when the head has a new view (the page polls it every refresh)
+  const nodes = useMemo(() => decodeColumns(columns), [columns.generated_at]);
+  const counts = useMemo(() => focusCounts(nodes), [nodes]);
+  const groups = useMemo(() => overviewGroups(nodes, by, focus, group), [nodes, by, focus, group]);
+  const allGroups = useMemo(() => (group === null ? groups : overviewGroups(nodes, by, focus)),
+                            [nodes, by, focus, group, groups]);
+  const shown = groups.reduce((sum, g) => sum + g.devices, 0);
+  const shownNodes = groups.reduce((sum, g) => sum + g.nodes.length, 0);
+  return (
+    <Stack spacing={1.5}>
+      <Stack direction="row" spacing={2} useFlexGap flexWrap="wrap" alignItems="center">
+        <Typography variant="caption" color="text.secondary">Show</Typography>
+        <ToggleButtonGroup size="small" exclusive value={focus}
+          onChange={(_, v) => v && setFocus(v)}>
+          {(["all", ...FOCUSES] as const).map((f) => (
+            <ToggleButton key={f} value={f} data-testid={`focus-${f}`} data-count={counts[f]}>
+              {FOCUS_NAMES[f]} {counts[f]}
+            </ToggleButton>
+          ))}
+        </ToggleButtonGroup>
+        <Typography variant="caption" color="text.secondary">Group by</Typography>
+        <ToggleButtonGroup size="small" exclusive value={by}
+          onChange={(_, v) => { if (v) { setBy(v); setGroup(null); } }}>
+          {GROUPINGS.map((g) => (
+            <ToggleButton key={g} value={g} data-testid={`group-by-${g}`}>
+              {g === "none" ? "None" : GROUP_NAMES[g]}
+            </ToggleButton>
+          ))}
+        </ToggleButtonGroup>
+      </Stack>
+      <Stack direction="row" spacing={1} alignItems="center">
+        <Typography variant="body2" data-testid="overview-count" data-shown={shown}
+          data-total={counts.all} data-nodes={shownNodes}>
+          {shown.toLocaleString("en-US")} of {counts.all.toLocaleString("en-US")} devices
+          {" "}on {shownNodes.toLocaleString("en-US")} nodes
+          {by !== "none" && group === null ? ` in ${groups.length.toLocaleString("en-US")} groups` : ""}
+          {" "}· most in need of attention first (down, spinning, idle, hot, stale, warning)
+        </Typography>
+        {group !== null && (
+          <Chip size="small" color="primary" data-testid="selected-group"
+            label={groupLabel(by, group)} onDelete={() => setGroup(null)} />
+        )}
+      </Stack>
+      <DeviceOverview groups={groups} metric={metric} onOpenNode={openNode}
+        onOpenGroup={(key) => { if (by !== "none") setGroup(key); }} />
+      {by !== "none" && (
+        <>
+          <Typography variant="subtitle2">Groups ({allGroups.length.toLocaleString("en-US")})</Typography>
+          <GroupList groups={allGroups} selected={group} onOpen={setGroup} />
+        </>
       )}
+      <Typography variant="subtitle2">
+        Nodes{group !== null ? ` of ${groupLabel(by, group)}` : ""}
+      </Typography>
+      <Heatmap groups={groups} metric={metric} onOpen={openNode} />
     </Stack>
   );
 }
