@@ -25,7 +25,8 @@ RUNBOOK_DOC = PACKAGE_DIR.parent / "docs" / "alerts.md"
 DASHBOARDS = "dashboards"
 PROVIDER = "provisioning/dashboards/ray-accel.yml"
 RULES = "prometheus/ray-accel-alerts.yml"
-RULE_TESTS = "prometheus/ray-accel-alerts.test.yml"
+# promtool unit tests, one file per evaluation interval: RULE_TESTS.format(interval="60s").
+RULE_TESTS = "prometheus/ray-accel-alerts.{interval}.test.yml"
 THRESHOLDS = "prometheus/alert-thresholds.yml"
 #: Where the committed provider file expects the boards (a conventional Grafana path).
 DEFAULT_DASHBOARDS_PATH = "/var/lib/grafana/dashboards/ray-accel"
@@ -55,10 +56,17 @@ def files(output: Output = CANONICAL) -> dict[str, str]:
     found = board_files(output.ray_default_uid)
     found[PROVIDER] = render_provider(output.dashboards_path)
     found[RULES] = rules_file.render(groups(output.alerts), output.runbook_base)
-    found[RULE_TESTS] = unit_tests.render(all_rules(output.alerts), Path(RULES).name,
+    tests = unit_tests.render_by_interval(all_rules(output.alerts), Path(RULES).name,
                                           output.runbook_base)
+    found.update({RULE_TESTS.format(interval=interval): text for interval, text in tests.items()})
     found[THRESHOLDS] = render_file(output.alerts.thresholds)
     return found
+
+
+def rule_test_files(contents: Mapping[str, str]) -> list[str]:
+    """The promtool test files among `contents`, by relative path."""
+    prefix, suffix = RULE_TESTS.split("{interval}")
+    return sorted(p for p in contents if p.startswith(prefix) and p.endswith(suffix))
 
 
 def runbook_doc(output: Output = CANONICAL) -> str:

@@ -26,7 +26,7 @@ from ray_accel.grafana.thresholds import Thresholds, load_file, parse_assignment
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 GENERATED = generate.GENERATED_DIR
 RULES_FILE = GENERATED / generate.RULES
-TESTS_FILE = GENERATED / generate.RULE_TESTS
+TEST_FILES = [GENERATED / name for name in generate.rule_test_files(generate.files())]
 RUNBOOK = generate.RUNBOOK_DOC
 # What test_grafana_prometheus.py runs with: every rule able to fire within seconds.
 SHORT = [f"--alert-threshold={name}={value}" for name, value in THRESHOLDS.items()]
@@ -54,13 +54,14 @@ def test_promtool_accepts_the_rules():
 
 @needs_promtool
 def test_every_rule_fires_on_its_cases_and_not_on_near_misses():
-    tests = yaml.safe_load(TESTS_FILE.read_text())["tests"]
+    tests = [test for path in TEST_FILES for test in yaml.safe_load(path.read_text())["tests"]]
     for rule in all_rules():
         mine = [t for t in tests if t["alert_rule_test"][0]["alertname"] == rule.name]
         assert any(t["alert_rule_test"][0]["exp_alerts"] for t in mine), rule.name
         assert any(not t["alert_rule_test"][0]["exp_alerts"] for t in mine), rule.name
-    result = promtool("test", "rules", TESTS_FILE.name, cwd=TESTS_FILE.parent)
+    result = promtool("test", "rules", *(p.name for p in TEST_FILES), cwd=RULES_FILE.parent)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(TEST_FILES)
 
 
 @needs_promtool
@@ -73,7 +74,9 @@ def test_rules_with_other_thresholds_pass_their_own_tests(tmp_path):
     folder = (tmp_path / generate.RULES).parent
     checked = promtool("check", "rules", Path(generate.RULES).name, cwd=folder)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = promtool("test", "rules", Path(generate.RULE_TESTS).name, cwd=folder)
+    test_files = sorted(p.name for p in folder.glob("ray-accel-alerts.*.test.yml"))
+    assert "ray-accel-alerts.1s.test.yml" in test_files  # the short thresholds' own interval
+    tested = promtool("test", "rules", *test_files, cwd=folder)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 

@@ -27,8 +27,8 @@ rule_files:
 The rules expect the agents' series as they publish them (labels kept:
 `honor_labels: true`, see `deploy/prometheus/prometheus.yml`) and the agents'
 scrape job to be named `{job}` (change with `--agent-job`). Next to the rules,
-`ray-accel-alerts.test.yml` holds promtool unit tests:
-`promtool test rules ray-accel-alerts.test.yml`.
+`ray-accel-alerts.*.test.yml` hold promtool unit tests (one file per evaluation
+interval): `promtool test rules ray-accel-alerts.*.test.yml`.
 
 Every alert carries a `severity` label (`critical`, `warning`, `info`) and the
 annotations `summary`, `description` and `runbook_url`; the device's and the
