@@ -13,14 +13,14 @@ None (shown as absent, never as zero).
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from . import catalog as m
 from .attribution.join import WHOLE
+from .field_record import FieldRecord
 from .node_transfers import from_snapshot, from_summary
-from .shared_values import share
+from .shared_values import share, share_fact
 
 # Throttle reasons that mean trouble (slowdowns), as opposed to idle or app clocks.
 HARMFUL_THROTTLE_REASONS = frozenset({
@@ -85,8 +85,8 @@ def _link(doc: Mapping[str, Any]) -> dict[str, Any]:
         "link_type": str(doc.get("link_type", "")),
         "index": int(doc.get("index") or 0),
         "up": None if up is None else up >= 1,
-        "transmit_bytes_per_s": _number(rates.get("transmit")),
-        "receive_bytes_per_s": _number(rates.get("receive")),
+        "transmit_bytes_per_s": _number(rates.get(m.TRANSMIT)),
+        "receive_bytes_per_s": _number(rates.get(m.RECEIVE)),
         "version": facts.get("version", ""),
         "remote_type": facts.get("remote_type", ""),
         "peer_uuid": facts.get("peer_uuid", ""),
@@ -144,7 +144,7 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
         "peers": [{"uuid": p.get("uuid", ""), "index": str(p.get("index", "")),
                    "connection": p.get("connection", ""), "p2p": p.get("p2p", "")}
                   for p in doc.get("peers") or ()],
-        "utilization": value(values, m.GPU_UTILIZATION, task="general"),
+        "utilization": value(values, m.GPU_UTILIZATION, task=m.TASK_GENERAL),
         "memory_bandwidth_utilization": value(values, m.MEMORY_BANDWIDTH_UTILIZATION),
         "activity": by_label(values, m.ACTIVITY, "engine"),
         "pipe_activity": by_label(values, m.PIPE_ACTIVITY, "pipe"),
@@ -166,9 +166,9 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
             "width": value(values, m.PCIE_WIDTH, state="current"),
             "width_max": value(values, m.PCIE_WIDTH, state="max"),
         },
-        "ecc_corrected": errors.get("ecc_corrected"),
-        "ecc_uncorrected": errors.get("ecc_uncorrected"),
-        "pcie_replays": errors.get("pcie_replay"),
+        "ecc_corrected": errors.get(m.ECC_CORRECTED),
+        "ecc_uncorrected": errors.get(m.ECC_UNCORRECTED),
+        "pcie_replays": errors.get(m.PCIE_REPLAY),
         "row_remap_pending": value(values, m.ROW_REMAP_PENDING),
         "row_remap_failure": value(values, m.ROW_REMAP_FAILURE),
         "xid_errors": {code: count for code, count in xid.items() if count > 0},
@@ -236,13 +236,18 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
     try:
         devices = []
         for device in doc["devices"]:
-            found = SummaryDevice({sys.intern(k): _shared(v) for k, v in device.items()
-                                   if k in _SUMMARY_DEFAULTS})
-            found["holders"] = [_holder(h) for h in device.get("holders") or ()]
-            found["processes"] = [{**_identity(p), "memory_bytes": _number(p.get("memory_bytes")),
-                                   "sm_utilization": _number(p.get("sm_utilization"))}
-                                  for p in device.get("processes") or ()]
-            found["links"] = [{**_link({}), **link} for link in device.get("links") or ()]
+            found = SummaryDevice({k: _shared(k, v) for k, v in device.items()
+                                   if k not in _LIST_FIELDS})
+            # an empty list is not stored: the field reads as the shared default []
+            if device.get("holders"):
+                found["holders"] = [_holder(h) for h in device["holders"]]
+            if device.get("processes"):
+                found["processes"] = [SummaryProcess({k: share(v) for k, v in {
+                    **_identity(p), "memory_bytes": _number(p.get("memory_bytes")),
+                    "sm_utilization": _number(p.get("sm_utilization"))}.items()})
+                    for p in device["processes"]]
+            if device.get("links"):
+                found["links"] = [{**_link({}), **link} for link in device["links"]]
             devices.append(found)
         return {
             "node_id": str(doc.get("node_id") or ""),
@@ -262,23 +267,38 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
 
 # The empty defaults of every summary device's absent fields: one shared set of empty
 # values (the aggregator only reads device documents), so 80,000 devices do not each
-# hold their own empty dicts and lists, nor a slot for each absent field.
+# hold their own empty dicts and lists.
 _SUMMARY_DEFAULTS = _device({})
+_PROCESS_DEFAULTS = _process({})
 
 
-class SummaryDevice(dict):
-    """A device from a summary: its absent fields read as `reduce_snapshot()`'s empty
-    defaults (`device["links"]` is `[]`), without storing them."""
+class SummaryProcess(FieldRecord):
+    """A process on a device, from a summary: `reduce_snapshot()`'s process fields."""
 
-    def __missing__(self, key: str) -> Any:
-        return _SUMMARY_DEFAULTS[key]
+    __slots__ = tuple(_PROCESS_DEFAULTS)
+    DEFAULTS = _PROCESS_DEFAULTS
+
+
+class SummaryDevice(FieldRecord):
+    """A device from a summary: one slot per field of `reduce_snapshot()`'s device form,
+    read like it; absent fields read as its empty defaults (`device["links"]` is `[]`)
+    without being stored."""
+
+    __slots__ = tuple(_SUMMARY_DEFAULTS)
+    DEFAULTS = _SUMMARY_DEFAULTS
 
     def complete(self) -> dict[str, Any]:
-        """Every field, the absent ones with their defaults (for answers that list them)."""
-        return {**_SUMMARY_DEFAULTS, **self}
+        """Every field as `reduce_snapshot()`'s dict form (for answers that list them)."""
+        return {**self.as_dict(), "processes": [p.as_dict() for p in self["processes"]]}
 
 
-def _shared(item: Any) -> Any:
-    """A summary field's value as the one object equal values share (shared_values.py):
-    names, rounded figures, PCIe and fabric facts repeat across a fleet's devices."""
-    return share(item)
+# Summary device fields read into lists of their own form.
+_LIST_FIELDS = frozenset({"holders", "processes", "links"})
+# Summary device fields whose whole value repeats across a fleet's devices.
+_FACT_FIELDS = frozenset({"pcie", "fabric", "throttle_reasons", "xid_errors", "errors"})
+
+
+def _shared(name: str, item: Any) -> Any:
+    """A summary device field's value made of shared objects (shared_values.py): names and
+    rounded figures each once, and whole facts (PCIe link, fabric) once per distinct one."""
+    return share_fact(item) if name in _FACT_FIELDS else share(item)

@@ -272,3 +272,18 @@ def test_summaries_share_equal_values_without_changing_them():
     assert shared_values.share({"x": 1.0}) == {"x": 1.0}
     assert type(shared_values.share({"x": 1})["x"]) is int
     assert shared_values.share(True) is True
+
+
+def test_summary_devices_are_slotted_records_read_like_the_snapshot_form():
+    device = reduce_summary(json.loads(summary(3)[0]))["devices"][0]
+    assert not hasattr(device, "__dict__")  # slots only: no per-device hash table
+    assert device["power_watts"] == 300.0 and device["links"] == [] and device["holders"] == []
+    assert "power_watts" in device and "links" not in device  # a default is not stored
+    assert device.get("links") is None and device.get("fabric")["clique_id"] == "1"
+    with pytest.raises(KeyError):
+        device["no_such_field"]
+    with pytest.raises(KeyError):
+        device["no_such_field"] = 1
+    whole = device.complete()
+    assert json.loads(json.dumps(whole)) == whole  # the node page's answer form
+    assert set(whole) == set(type(device).DEFAULTS) and whole["links"] == []
