@@ -4,14 +4,17 @@
 
 Prints one JSON object. Run by bench/run.py in a fresh process per size, so that
 the resident-memory figures belong to that size alone. The nodes are copies of
-one real snapshot of the simulated 8x H200 node (dashboard_module/fleet.py),
-served over loopback HTTP by one fake-agent server in a process of its own (so
-the head's CPU and memory are the head's alone): each node's summary with its
-ETag and 304s, and its full snapshot for the node page. Every refresh interval a
-`--change` share of the nodes gets a new summary (as power readings would make).
-The collector runs its rounds as in production (5 s refresh, fetches spread over
-the interval) while a client asks for the summary and heatmap every 0.25 s and a
-random node's page every 0.5 s through the standalone dashboard's HTTP stack.
+one real snapshot of the simulated 8x H200 node, served over loopback HTTP by the
+fake agents of dashboard_module/fleet_agents.py in a process of their own (so the
+head's CPU and memory are the head's alone): each node's summary with its ETag
+and 304s, and its full snapshot for the node page. The fleet is spread (racks,
+NVLink domains, node pools; utilization, activity, power and temperature vary by
+node), so the head finds no more equal values to share than in a real fleet.
+Every refresh interval a `--change` share of the nodes gets a new summary (as
+power readings would make). The collector runs its rounds as in production (5 s
+refresh, fetches spread over the interval) while a client asks for the summary
+and both heatmap forms every 0.25 s and a random node's page every 0.5 s through
+the standalone dashboard's HTTP stack.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from footprint import rss_mib
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import Collector
 from ray_accel.dashboard_module.fleet import node_id
-from ray_accel.dashboard_module.fleet_agents import FleetProcess, discovery
+from ray_accel.dashboard_module.fleet_agents import FleetProcess, FleetShape, discovery
 from ray_accel.dashboard_module.standalone import build_app
 
 REFRESH_S = 5.0
@@ -71,6 +74,8 @@ async def ask_while_rounds_run(client: ClientSession, nodes: int, until: asyncio
     while not until.is_set():
         await timed_get(client, "/accelerators/api/summary", timings["summary"])
         await timed_get(client, "/accelerators/api/heatmap", timings["heatmap"])
+        await timed_get(client, "/accelerators/api/heatmap?form=columns",
+                        timings["heatmap_columns"])
         if tick % 2 == 0:
             await timed_get(client, f"/accelerators/api/nodes/{node_id(rng.randrange(nodes))}",
                             timings["node_page"])
@@ -87,7 +92,7 @@ def round_figures(collector: Collector, wall_s: float, cpu: float) -> dict[str, 
 
 
 async def measure(nodes: int, change: float, rounds: int) -> dict[str, Any]:
-    agents = FleetProcess(nodes, change)
+    agents = FleetProcess(nodes, change, FleetShape(spread=True))
     results: dict[str, Any] = {"nodes": nodes, "devices_per_node": 8, "change": change,
                                "refresh_s": REFRESH_S, **{k: agents.info[k] for k in (
                                    "summary_bytes", "snapshot_bytes")}}
@@ -106,7 +111,8 @@ async def measure(nodes: int, change: float, rounds: int) -> dict[str, Any]:
             results["first_round"] = round_figures(collector, time.perf_counter() - started,
                                                    cpu_s() - cpu)
             after_first = rss_mib()
-            timings: dict[str, list[float]] = {"summary": [], "heatmap": [], "node_page": []}
+            timings: dict[str, list[float]] = {"summary": [], "heatmap": [],
+                                               "heatmap_columns": [], "node_page": []}
             done = asyncio.Event()
             per_round = []
             window_wall, window_cpu = time.perf_counter(), cpu_s()

@@ -13,9 +13,9 @@ of its own, the head that fetches from it is measured (or tested) alone.
 - `--down-every K`: every K-th node (0, K, 2K, ...) has one device that does not
   answer (device n mod 8 of node n), in its summary and its snapshot alike.
 - `--spread`: nodes sit in racks of 16 (each its own NVLink domain) and three node
-  pools, and their devices' utilization in the summaries varies from node to node;
-  the full snapshots keep the template's values (only placement and utilization,
-  which the overview groups and colours by, are varied).
+  pools, and their devices' utilization, engine activity, power and temperature in the
+  summaries vary from node to node (so equal values are no more common than in a real
+  fleet); the full snapshots keep the template's values.
 """
 
 from __future__ import annotations
@@ -82,6 +82,14 @@ def _spread_summary(body: bytes, number: int) -> tuple[bytes, str]:
     for device in doc["devices"]:
         if "utilization" in device:
             device["utilization"] = round(min(1.0, max(0.0, base + rng.uniform(-0.2, 0.2))), 3)
+        # the figures a real fleet's devices differ in, at the summary's own resolution
+        for name in ("activity", "pipe_activity"):
+            if device.get(name):
+                device[name] = {engine: round(min(1.0, max(0.0, ratio + rng.uniform(-0.1, 0.1))), 2)
+                                for engine, ratio in device[name].items()}
+        for name, spread in (("power_watts", 40), ("temperature_celsius", 6)):
+            if isinstance(device.get(name), int | float):
+                device[name] = round(device[name] + rng.uniform(-spread, spread))
     doc["version"] = content_version(doc)
     return encode(doc)
 
