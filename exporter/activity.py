@@ -98,7 +98,7 @@ def view_of(readings: Iterable[Reading]) -> ActivityView:
     """The utilization and engine activity figures among a device's readings."""
     found: dict[str, float] = {}
     for reading in readings:
-        if reading.metric == m.GPU_UTILIZATION and reading.labels == (("task", "general"),):
+        if reading.metric == m.GPU_UTILIZATION and reading.labels == (("task", m.TASK_GENERAL),):
             found["utilization"] = reading.value
         elif reading.metric == m.ACTIVITY and reading.labels in _ENGINES:
             found[_ENGINES[reading.labels]] = reading.value

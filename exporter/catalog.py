@@ -316,6 +316,21 @@ TRANSFER_LABELS: tuple[str, ...] = (
     "dst_actor_id", "dst_actor_class", "dst_node_id", "dst_devices",
 )
 
+# Label values that backends write and sinks, boards, rules and the tab select on: spelled
+# once here so that a reader and a writer of a series cannot disagree.
+TASK_GENERAL = "general"  # hw.gpu.utilization{task}: the compute/graphics engines
+TASK_ENCODER = "encoder"
+TASK_DECODER = "decoder"
+LINK_NVLINK = "nvlink"  # {link_type}
+LINK_PCIE = "pcie"
+LINK_XGMI = "xgmi"
+LINK_ROCE = "roce"
+TRANSMIT = "transmit"  # {direction}
+RECEIVE = "receive"
+ECC_CORRECTED = "ecc_corrected"  # hw.errors{error_type}
+ECC_UNCORRECTED = "ecc_uncorrected"
+PCIE_REPLAY = "pcie_replay"
+
 CATALOG: tuple[MetricSpec, ...] = (
     # Device activity
     _gauge(GPU_UTILIZATION, "1",

@@ -22,8 +22,8 @@ from . import catalog as m
 from .activity import activity_of
 from .model import DeviceSample
 
-PCIE = "pcie"
-GENERAL = "general"
+PCIE = m.LINK_PCIE
+GENERAL = m.TASK_GENERAL
 DEFAULT_WINDOW_S = 30.0
 DEFAULT_BUSY_UTILIZATION = 0.8
 DEFAULT_FLAT_BYTES_PER_S = 1024.0 * 1024.0

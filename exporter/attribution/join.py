@@ -63,7 +63,7 @@ def _busy(process: ProcessSample | None, sample: DeviceSample) -> bool:
     sm = _value(process.readings, m.PROCESS_UTILIZATION, engine="sm") if process else None
     if sm is not None:
         return sm > 0
-    device = _value(sample.readings, m.GPU_UTILIZATION, task="general")
+    device = _value(sample.readings, m.GPU_UTILIZATION, task=m.TASK_GENERAL)
     # Without per-process figures (or, on Gaudi, without a process list), a
     # holder of a busy device counts as busy, and one of a device that reports
     # no utilization at all (MIG) cannot be called idle.

@@ -9,8 +9,8 @@ from ..promql import eq
 from . import uids
 from .common import Board, Query, Section, rate, sel, table, timeseries
 
-FABRIC = 'link_type!="pcie"'  # NVLink, XGMI: device-to-device links
-PCIE = eq("link_type", "pcie")
+FABRIC = f'link_type!="{m.LINK_PCIE}"'  # NVLink, XGMI: device-to-device links
+PCIE = eq("link_type", m.LINK_PCIE)
 DEVICE = "{{vendor}} {{index}} {{ray_node_id}}"
 HIDDEN = ("Time", "SessionName", "simulated", "vendor", "model", "Value")
 
@@ -67,7 +67,7 @@ def board() -> Board:
                                  f"({rate(sel(m.LINK_ERRORS))})",
                                  "{{vendor}} {{index}} link {{link}} {{error_type}}"), width=8),
                 timeseries("PCIe replays", "PCIe packets the device had to resend, per second.",
-                           Query(rate(sel(m.HW_ERRORS, eq("error_type", "pcie_replay"))),
+                           Query(rate(sel(m.HW_ERRORS, eq("error_type", m.PCIE_REPLAY))),
                                  DEVICE), width=8),
             ]),
             Section("PCIe link state", [

@@ -21,7 +21,7 @@ def board() -> Board:
             Section("Activity", [
                 timeseries("Compute utilization", "Fraction of time the compute/graphics "
                            "engines were busy.",
-                           Query(sel(m.GPU_UTILIZATION, eq("task", "general")), DEVICE),
+                           Query(sel(m.GPU_UTILIZATION, eq("task", m.TASK_GENERAL)), DEVICE),
                            unit="percentunit", low=0, high=1),
                 timeseries("Memory bandwidth utilization", "Fraction of time device memory was "
                            "read or written.", Query(sel(m.MEMORY_BANDWIDTH_UTILIZATION), DEVICE),

@@ -19,8 +19,8 @@ from .common import (
     timeseries,
 )
 
-GENERAL = eq("task", "general")
-ECC = eq("error_type", "ecc_uncorrected")
+GENERAL = eq("task", m.TASK_GENERAL)
+ECC = eq("error_type", m.ECC_UNCORRECTED)
 NODE_DETAIL = board_link(uids.NODE, "Node detail", "var-node=${__data.fields.ray_node_id}")
 
 

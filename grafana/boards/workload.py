@@ -20,6 +20,7 @@ from .common import (
     timeseries,
 )
 
+GENERAL = eq("task", m.TASK_GENERAL)
 # Ray workers of the selected job(s); processes outside Ray have no job.
 in_job = selector(*BOARD_FILTERS, 'ray_job_id=~"$ray_job_id"')
 WORKER = "{{actor_class}}{{task_name}} pid {{pid}} {{vendor}} {{index}}"
@@ -132,7 +133,7 @@ def board() -> Board:
                       names={**NAMES, "Value": "Memory"}, unit="bytes", width=12),
                 table("Busy devices Ray has not assigned", "Devices more than "
                       f"{busy:.0%} busy that no Ray worker holds.",
-                      Query(f"({sel(m.GPU_UTILIZATION, eq('task', 'general'))} > {number(busy)})"
+                      Query(f"({sel(m.GPU_UTILIZATION, GENERAL)} > {number(busy)})"
                             f" and ignoring(task) ({sel(m.DEVICE_ALLOCATED)} == 0)"),
                       hidden=(*HIDDEN, "task"), names={**NAMES, "Value": "Utilization"},
                       unit="percentunit", width=12, links=[NODE_DETAIL]),

@@ -18,7 +18,7 @@ from ..base import read_timed
 from .calls import DeviceCalls, number
 from .probes import reading
 
-XGMI = "xgmi"
+XGMI = m.LINK_XGMI
 # amdsmi's "KB" of link data, taken as KiB like NVML's NVLink counters and
 # amdsmi's own "MB" of VRAM (MiB).
 KB = 1024
@@ -39,7 +39,7 @@ def bus_key(pci_bus_id: str) -> str:
 def _link(index: int, read_kb: Any, write_kb: Any, state: str | None,
           facts: Mapping[str, str], counters_at: float | None = None) -> Link:
     readings: list[Reading] = []
-    for value, direction in ((write_kb, "transmit"), (read_kb, "receive")):
+    for value, direction in ((write_kb, m.TRANSMIT), (read_kb, m.RECEIVE)):
         if number(value) is not None:
             readings.append(reading(m.LINK_IO, number(value) * KB, direction=direction))
     if state in _UP:

@@ -51,7 +51,7 @@ Probe = Callable[[DeviceCalls, Any], Iterable[Reading]]
 def activity(amd: DeviceCalls, handle: Any) -> Iterator[Reading]:
     answer = amd.call("amdsmi_get_gpu_activity", handle) or {}
     for key, metric, labels in (
-        ("gfx_activity", m.GPU_UTILIZATION, {"task": "general"}),
+        ("gfx_activity", m.GPU_UTILIZATION, {"task": m.TASK_GENERAL}),
         ("umc_activity", m.MEMORY_BANDWIDTH_UTILIZATION, {}),
         ("mm_activity", m.GPU_UTILIZATION, {"task": "multimedia"}),
     ):
@@ -123,8 +123,8 @@ def throttling(amd: DeviceCalls, handle: Any) -> Iterator[Reading]:
 
 def errors(amd: DeviceCalls, handle: Any) -> Iterator[Reading]:
     counts = amd.call("amdsmi_get_gpu_total_ecc_count", handle)
-    for key, error_type in (("correctable_count", "ecc_corrected"),
-                            ("uncorrectable_count", "ecc_uncorrected"),
+    for key, error_type in (("correctable_count", m.ECC_CORRECTED),
+                            ("uncorrectable_count", m.ECC_UNCORRECTED),
                             ("deferred_count", "ecc_deferred")):
         count = field(counts, key)
         if count is not None:
@@ -148,7 +148,7 @@ def pcie(amd: DeviceCalls, handle: Any) -> Iterator[Reading]:
             yield reading(m.PCIE_WIDTH, width, state=state)
     replays = number(metric.get("pcie_replay_count"))
     if replays is not None:
-        yield reading(m.HW_ERRORS, replays, error_type="pcie_replay")
+        yield reading(m.HW_ERRORS, replays, error_type=m.PCIE_REPLAY)
 
 
 # What every logical GPU answers (a secondary compute partition included) ...

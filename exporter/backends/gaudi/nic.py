@@ -30,8 +30,8 @@ from ..base import read_timed
 from .calls import DeviceCalls
 from .probes import reading
 
-ROCE = "roce"
-BYTE_COUNTERS = (("tx_Octets", "transmit"), ("rx_Octets", "receive"))
+ROCE = m.LINK_ROCE
+BYTE_COUNTERS = (("tx_Octets", m.TRANSMIT), ("rx_Octets", m.RECEIVE))
 # pyhlml's default name buffer: HABANA_LINK_CNT_MAX_NUM (256) names x 32 bytes
 _NAME_BUFFER = 256 * 32
 STATS_BUDGET_S = 0.25  # of a device's sampling thread per cycle, for NIC counters

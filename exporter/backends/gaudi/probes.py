@@ -27,11 +27,11 @@ CLOCK_DOMAINS: tuple[tuple[str, int], ...] = (("soc", 0), ("ic", 1), ("mme", 2),
 # HLML_CLOCKS_THROTTLE_REASON_* bit -> reason label, NVIDIA's names for the same causes
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
     (1 << 0, "sw_power_cap"), (1 << 1, "sw_thermal_slowdown"))
-ECC_TYPES: tuple[tuple[str, int], ...] = (("ecc_corrected", 0), ("ecc_uncorrected", 1))
+ECC_TYPES: tuple[tuple[str, int], ...] = ((m.ECC_CORRECTED, 0), (m.ECC_UNCORRECTED, 1))
 VOLATILE_ECC = 0  # HLML_VOLATILE_ECC: since the driver was loaded, as on NVIDIA
 # HLML_ROW_REPLACEMENT_CAUSE value -> cause label (NVIDIA's remapped-rows causes)
 ROW_CAUSES: tuple[tuple[str, int], ...] = (("correctable", 0), ("uncorrectable", 1))
-PCIE_DIRECTIONS: tuple[tuple[str, int], ...] = (("transmit", 0), ("receive", 1))
+PCIE_DIRECTIONS: tuple[tuple[str, int], ...] = ((m.TRANSMIT, 0), (m.RECEIVE, 1))
 
 Probe = Callable[[DeviceCalls, Any], Iterable[Reading]]
 
@@ -47,7 +47,7 @@ def utilization(hlml: DeviceCalls, handle: Any) -> Iterator[Reading]:
         return
     busy = _percent(getattr(rates, "aip", None))
     if busy is not None:
-        yield reading(m.GPU_UTILIZATION, busy, task="general")
+        yield reading(m.GPU_UTILIZATION, busy, task=m.TASK_GENERAL)
     memory = _percent(getattr(rates, "memory", None))
     if memory is not None:
         yield reading(m.MEMORY_BANDWIDTH_UTILIZATION, memory)
@@ -113,7 +113,7 @@ def errors(hlml: DeviceCalls, handle: Any) -> Iterator[Reading]:
             yield reading(m.HW_ERRORS, count, error_type=error_type)
     replays = number(hlml.call("hlmlDeviceGetPCIEReplayCounter", handle))
     if replays is not None:
-        yield reading(m.HW_ERRORS, replays, error_type="pcie_replay")
+        yield reading(m.HW_ERRORS, replays, error_type=m.PCIE_REPLAY)
 
 
 def rows(hlml: DeviceCalls, handle: Any) -> Iterator[Reading]:

@@ -18,8 +18,8 @@ from ..calls import reading
 from .report import ReportView, Runtime
 
 # neuron_hw_counters field -> hw.errors error_type (DRAM ECC keeps the shared names)
-ECC_ERROR_TYPES = (("mem_ecc_corrected", "ecc_corrected"),
-                   ("mem_ecc_uncorrected", "ecc_uncorrected"),
+ECC_ERROR_TYPES = (("mem_ecc_corrected", m.ECC_CORRECTED),
+                   ("mem_ecc_uncorrected", m.ECC_UNCORRECTED),
                    ("sram_ecc_corrected", "sram_ecc_corrected"),
                    ("sram_ecc_uncorrected", "sram_ecc_uncorrected"))
 
@@ -29,7 +29,7 @@ def chip_readings(view: ReportView, device: int, cores: Sequence[int],
     """Utilization, memory and ECC counters of one Neuron device."""
     if view.utilization is not None and cores:
         busy = sum(view.utilization.get(core, 0.0) for core in cores) / len(cores)
-        yield reading(m.GPU_UTILIZATION, busy, task="general")
+        yield reading(m.GPU_UTILIZATION, busy, task=m.TASK_GENERAL)
     if view.core_memory is not None:
         used = sum(sum(view.core_memory.get(core, {}).values()) for core in cores)
         yield reading(m.MEMORY_USAGE, used)
@@ -45,7 +45,7 @@ def chip_readings(view: ReportView, device: int, cores: Sequence[int],
 def core_readings(view: ReportView, core: int) -> Iterator[Reading]:
     """Utilization and memory (in total and by category) of one NeuronCore."""
     if view.utilization is not None:
-        yield reading(m.GPU_UTILIZATION, view.utilization.get(core, 0.0), task="general")
+        yield reading(m.GPU_UTILIZATION, view.utilization.get(core, 0.0), task=m.TASK_GENERAL)
     if view.core_memory is not None:
         categories = view.core_memory.get(core, {})
         yield reading(m.MEMORY_USAGE, sum(categories.values()))

@@ -69,7 +69,7 @@ def _link_metrics() -> Iterator[GpmMetric]:
                 ("c2c", C2C_LINKS, "C2C_LINK{link}_TOTAL_{suffix}_PER_SEC"))
     for link_type, links, pattern in families:
         for link in range(links):
-            for suffix, direction in (("TX", "transmit"), ("RX", "receive")):
+            for suffix, direction in (("TX", m.TRANSMIT), ("RX", m.RECEIVE)):
                 metric_id = getattr(pynvml, "NVML_GPM_METRIC_" + pattern.format(link=link,
                                                                                 suffix=suffix))
                 yield _mib_per_s(metric_id, m.LINK_THROUGHPUT, link_type=link_type,
@@ -90,8 +90,8 @@ GPM_METRICS: tuple[GpmMetric, ...] = (
     _percent(pynvml.NVML_GPM_METRIC_FP32_UTIL, m.PIPE_ACTIVITY, pipe="fp32"),
     _percent(pynvml.NVML_GPM_METRIC_FP16_UTIL, m.PIPE_ACTIVITY, pipe="fp16"),
     _percent(pynvml.NVML_GPM_METRIC_INTEGER_UTIL, m.PIPE_ACTIVITY, pipe="integer"),
-    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, m.PCIE_THROUGHPUT, direction="transmit"),
-    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, m.PCIE_THROUGHPUT, direction="receive"),
+    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, m.PCIE_THROUGHPUT, direction=m.TRANSMIT),
+    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, m.PCIE_THROUGHPUT, direction=m.RECEIVE),
     *_link_metrics(),
 )
 

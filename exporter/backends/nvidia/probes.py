@@ -62,10 +62,10 @@ def utilization(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[
     rates = nvml.call(pynvml.nvmlDeviceGetUtilizationRates, handle)
     state.extra["utilization"] = rates.gpu / 100 if rates is not None else None  # for activity
     if rates is not None:
-        yield reading(m.GPU_UTILIZATION, rates.gpu / 100, task="general")
+        yield reading(m.GPU_UTILIZATION, rates.gpu / 100, task=m.TASK_GENERAL)
         yield reading(m.MEMORY_BANDWIDTH_UTILIZATION, rates.memory / 100)
-    for task, fn in (("encoder", pynvml.nvmlDeviceGetEncoderUtilization),
-                     ("decoder", pynvml.nvmlDeviceGetDecoderUtilization)):
+    for task, fn in ((m.TASK_ENCODER, pynvml.nvmlDeviceGetEncoderUtilization),
+                     (m.TASK_DECODER, pynvml.nvmlDeviceGetDecoderUtilization)):
         answer = nvml.call(fn, handle)
         if answer is not None:
             yield reading(m.GPU_UTILIZATION, answer[0] / 100, task=task)
@@ -144,15 +144,15 @@ def throttling(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Readi
 
 
 def errors(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
-    for error_type, nvml_type in (("ecc_corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-                                  ("ecc_uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+    for error_type, nvml_type in ((m.ECC_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                                  (m.ECC_UNCORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
         count = nvml.call(pynvml.nvmlDeviceGetTotalEccErrors, handle, nvml_type,
                           pynvml.NVML_VOLATILE_ECC, key=error_type, every_cycle=True)
         if count is not None:
             yield reading(m.HW_ERRORS, count, error_type=error_type)
     replays = nvml.call(pynvml.nvmlDeviceGetPcieReplayCounter, handle, every_cycle=True)
     if replays is not None:
-        yield reading(m.HW_ERRORS, replays, error_type="pcie_replay")
+        yield reading(m.HW_ERRORS, replays, error_type=m.PCIE_REPLAY)
 
 
 def memory_health(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:

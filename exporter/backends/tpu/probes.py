@@ -54,14 +54,14 @@ def chip_map(ids: Iterable[int], chip_count: int) -> dict[int, int]:
 _GAUGES: tuple[tuple[str, str, dict[str, str], float], ...] = (
     (proto.HBM_USAGE, m.MEMORY_USAGE, {}, 1.0),
     (proto.HBM_TOTAL, m.MEMORY_LIMIT, {}, 1.0),
-    (proto.DUTY_CYCLE, m.GPU_UTILIZATION, {"task": "general"}, PERCENT),
+    (proto.DUTY_CYCLE, m.GPU_UTILIZATION, {"task": m.TASK_GENERAL}, PERCENT),
     (proto.HBM_BANDWIDTH, m.MEMORY_BANDWIDTH_UTILIZATION, {}, PERCENT),
 )
 # device plugin metric -> (catalog metric, labels, scale)
 _PLUGIN: tuple[tuple[str, str, dict[str, str], float], ...] = (
     ("memory_used", m.MEMORY_USAGE, {}, 1.0),
     ("memory_total", m.MEMORY_LIMIT, {}, 1.0),
-    ("duty_cycle", m.GPU_UTILIZATION, {"task": "general"}, PERCENT),
+    ("duty_cycle", m.GPU_UTILIZATION, {"task": m.TASK_GENERAL}, PERCENT),
     ("memory_bandwidth_utilization", m.MEMORY_BANDWIDTH_UTILIZATION, {}, PERCENT),
     ("tensorcore_utilization", m.TENSORCORE_UTILIZATION, {}, PERCENT),
 )

@@ -77,7 +77,7 @@ def _ecc_uncorrectable(config: AlertConfig) -> Rule:
 
     def ecc_series(values: str) -> tuple[Series, ...]:
         return (series(m.HW_ERRORS, device, values, error_type=ECC_UNCORRECTED),
-                series(m.HW_ERRORS, device, values, error_type="ecc_corrected"))
+                series(m.HW_ERRORS, device, values, error_type=m.ECC_CORRECTED))
 
     ecc_fires, ecc_near = increased(t.ecc_window, ecc_series, start=2, jump=1)
     return Rule(
