@@ -68,11 +68,12 @@ def demo_config(session_dir: Path) -> dict:
 class DemoPrometheus:
     """One Prometheus server for the demo, in `folder`, stopped by `stop()`."""
 
-    def __init__(self, binary: str, folder: Path, session_dir: Path) -> None:
+    def __init__(self, binary: str, folder: Path, session_dir: Path,
+                 port: int | None = None) -> None:
         self.binary = binary
         self.folder = folder
         self.session_dir = session_dir
-        self.port = find_free_port()
+        self.port = port or find_free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.log_path = folder / "prometheus.log"
         self._process: subprocess.Popen | None = None

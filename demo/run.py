@@ -47,7 +47,7 @@ from ..exporter.simulate.contexts import for_real_processes
 from ..exporter.simulate.gaudi_fake import driven_by_workloads
 from ..exporter.simulate.neuron_fake import driven_by_processes
 from .endpoints import DemoEndpoints, wait_for_tab
-from .local_cluster import LocalRayCluster
+from .local_cluster import LOOPBACK, LocalRayCluster
 from .prometheus import MISSING as PROMETHEUS_MISSING
 from .prometheus import DemoPrometheus, find_binary
 from .workload import ACCELERATORS
@@ -172,12 +172,12 @@ async def _keep_discovery_file(gcs_address: str, path: Path, stop: asyncio.Event
         await asyncio.to_thread(gcs.close)
 
 
-def _start_prometheus(folder: Path, session_dir: Path) -> DemoPrometheus | None:
+def _start_prometheus(folder: Path, session_dir: Path, port: int | None) -> DemoPrometheus | None:
     binary = find_binary()
-    if binary is None:
+    if binary is None or port is None:
         print(PROMETHEUS_MISSING, flush=True)
         return None
-    prometheus = DemoPrometheus(binary, folder, session_dir)
+    prometheus = DemoPrometheus(binary, folder, session_dir, port)
     try:
         prometheus.start()
     except OSError as error:
@@ -188,7 +188,7 @@ def _start_prometheus(folder: Path, session_dir: Path) -> DemoPrometheus | None:
 
 
 async def _serve(cluster: LocalRayCluster, port: int, folder: Path, family: WorkloadFamily,
-                 ready_file: Path | None) -> None:
+                 ready_file: Path | None, prometheus_port: int | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -198,7 +198,7 @@ async def _serve(cluster: LocalRayCluster, port: int, folder: Path, family: Work
     await agent.start()
     workload = _start_workload(cluster, folder / "workload", family.accelerator)
     session_dir = Path(cluster.session_dir())
-    prometheus = _start_prometheus(folder / "prometheus", session_dir)
+    prometheus = _start_prometheus(folder / "prometheus", session_dir, prometheus_port)
     discovery = asyncio.create_task(_keep_discovery_file(
         cluster.gcs_address, default_path(str(session_dir)), stop))
     try:
@@ -267,14 +267,20 @@ def run(scenario: str = "hgx-h200", port: int = 9478, ready_file: Path | None = 
                                   state_dir=Path(folder) / "hardware") as hardware):
         hardware.activate()  # the agent in this process reads the same simulated devices
         cluster = LocalRayCluster(prefix="ray-accel-demo-")
+        # Ray's dashboard, and the tab in it, learn where the demo's Prometheus will serve
+        # (RAY_PROMETHEUS_HOST): the tab's history then comes from it.
+        prometheus_port = find_free_port() if find_binary() else None
+        on_prometheus = ({"RAY_PROMETHEUS_HOST": f"http://{LOOPBACK}:{prometheus_port}"}
+                         if prometheus_port else {})
         try:
             print("Starting a Ray head node with its dashboard and the Accelerators tab on the "
                   "simulated hardware...", flush=True)
             cluster.start_head({**hardware.environ(), **TAB_IN_RAYS_DASHBOARD,
-                                **_metric_ports()}, "--num-cpus=4",
+                                **_metric_ports(), **on_prometheus}, "--num-cpus=4",
                                *([f"--num-gpus={gpus}"] if gpus else []),
                                *([f"--resources={json.dumps(resources)}"] if resources else []))
-            asyncio.run(_serve(cluster, port, Path(folder), family, ready_file))
+            asyncio.run(_serve(cluster, port, Path(folder), family, ready_file,
+                               prometheus_port))
         finally:
             print("Stopping the demo's Ray cluster...", flush=True)
             cluster.stop()

@@ -154,6 +154,20 @@ def test_prometheus_scrapes_ray_and_the_agent_through_the_discovery_files(endpoi
     assert len(series('ray_accelerator_device_up{job="ray-accel"} == 1')) == 8
 
 
+def test_the_tabs_history_comes_from_the_demos_prometheus(endpoints):
+    token = Path(endpoints["token_file"]).read_text().strip()
+
+    def from_prometheus() -> dict | None:
+        history = json.loads(request(f"{endpoints['tab_url']}api/history", token)[2])
+        answered = history["source"] == "prometheus" and any(
+            v is not None for v in history["power_watts"])
+        return history if answered else None
+
+    history = wait_until(from_prometheus, "the tab's history from Prometheus", timeout=90)
+    assert history["prometheus_url"] == endpoints["prometheus_url"]
+    assert history["error"] == "" and history["range"] == "1h"
+
+
 def test_the_idle_allocation_alert_fires_for_the_idle_actor(endpoints):
     prometheus = endpoints["prometheus_url"]
 

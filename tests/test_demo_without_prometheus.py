@@ -17,7 +17,7 @@ from ray_accel.demo.prometheus import MISSING, DemoPrometheus
 
 def test_a_missing_prometheus_is_one_line_and_no_server(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(demo_run, "find_binary", lambda: None)
-    assert demo_run._start_prometheus(tmp_path / "prometheus", tmp_path) is None
+    assert demo_run._start_prometheus(tmp_path / "prometheus", tmp_path, 9090) is None
     assert capsys.readouterr().out.splitlines() == [MISSING]
     assert not (tmp_path / "prometheus").exists()
 
