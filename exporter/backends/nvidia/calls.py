@@ -31,7 +31,8 @@ T = TypeVar("T")
 BACKEND_NAME = "nvidia"
 SLOW_CALL_CPU_S = 0.0003
 
-#: NVML function -> [calls answered, thread CPU seconds they spent], since the process
+#: NVML function -> [calls answered, thread CPU seconds they spent (a fast call: its wall
+#: time, which bounds them)], since the process
 #: started (`ray-accel record` turns costly calls into `busy` delay rules).
 CALL_CPU_S: dict[str, list[float]] = {}
 
