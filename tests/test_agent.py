@@ -8,17 +8,9 @@ import sys
 
 import pytest
 from agent_process import AgentProcess, write_scenario
+from metrics_text import by_index, series
+from nvml_scenarios import scenario
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
-from prometheus_client.parser import text_string_to_metric_families as parse_text
-from test_nvidia_backend import scenario
-
-
-def series(body: bytes, name: str) -> list:
-    return [s for family in parse_text(body.decode()) for s in family.samples if s.name == name]
-
-
-def by_index(samples) -> dict[str, float]:
-    return {s.labels["index"]: s.value for s in samples}
 
 
 def test_demo_scenario_serves_eight_simulated_h200s():

@@ -15,8 +15,8 @@ import time
 
 import pytest
 from agent_process import AgentProcess, write_scenario
+from nvml_scenarios import scenario
 from prometheus_client.parser import text_string_to_metric_families as parse_text
-from test_nvidia_backend import scenario
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.base import Backend, DeviceDown, Undiscovered

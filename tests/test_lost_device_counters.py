@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 from agent_process import AgentProcess
+from nvml_scenarios import scenario
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from prometheus_server import PROMETHEUS, PrometheusServer, wait_until
-from test_nvidia_backend import scenario
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.carry import carried

@@ -14,8 +14,8 @@ import time
 import pynvml
 import pytest
 from agent_process import AgentProcess, write_scenario
-from test_agent import by_index, series
-from test_nvidia_backend import scenario
+from metrics_text import by_index, series
+from nvml_scenarios import scenario
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.base import ErrorTally
