@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from agent_process import AgentProcess
 from prometheus_server import PrometheusServer
-from test_attribution_ray import start_driver
+from ray_workload import start_driver
 
 from ray_accel.dashboard_module.standalone import ray_dashboard_url
 from ray_accel.demo.local_cluster import LocalRayCluster

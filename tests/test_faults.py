@@ -15,7 +15,7 @@ import pytest
 from agent_process import AgentProcess, write_scenario
 from nvml_scenarios import scenario
 from prometheus_client.parser import text_string_to_metric_families as parse_text
-from test_attribution_ray import start_driver
+from ray_workload import start_driver
 
 from ray_accel.demo.local_cluster import LocalRayCluster, processes
 from ray_accel.exporter import catalog as m

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from agent_process import AgentProcess
-from test_attribution_ray import holders_by_pid, start_driver
+from ray_workload import holders_by_pid, start_driver
 
 from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter import catalog as m

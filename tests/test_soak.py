@@ -10,13 +10,14 @@ from collections import Counter
 import pytest
 from agent_process import AgentProcess
 from prometheus_client.parser import text_string_to_metric_families as parse_text
-from test_attribution_ray import INTERVAL_S, start_driver
+from ray_workload import start_driver
 
 from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
+INTERVAL_S = 0.5
 
 
 def test_fifty_scrapers_for_a_minute():
