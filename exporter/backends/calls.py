@@ -246,8 +246,14 @@ class ModuleCalls(VendorCalls):
 
 def reading(metric: str, value: float, **labels: str) -> Reading:
     """A reading of a catalog metric, its labels in the order given."""
-    return Reading(metric, float(value),
-                   tuple((k, v if type(v) is str else str(v)) for k, v in labels.items()))
+    # Called for most readings of every cycle: a plain loop, no generator, for the usual
+    # case of labels that are already text.
+    items = tuple(labels.items())
+    for _, label_value in items:
+        if type(label_value) is not str:
+            items = tuple((k, v if type(v) is str else str(v)) for k, v in items)
+            break
+    return Reading(metric, float(value), items)
 
 
 def text(value: Any, absent: Collection[str] = ()) -> str:
