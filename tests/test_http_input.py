@@ -17,7 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_prometheus_sink import _snapshot
+from snapshots import sample_snapshot
 
 from ray_accel.exporter.server import ALLOWED_PARAMETERS, AgentHttp
 from ray_accel.exporter.store import SnapshotStore
@@ -35,7 +35,7 @@ def loop():
 @pytest.fixture(scope="module")
 def client(loop):
     store = SnapshotStore()
-    store.publish(replace(_snapshot(), taken_at=time.time()))
+    store.publish(replace(sample_snapshot(), taken_at=time.time()))
     app = AgentHttp(store, lambda: True).app()
     test_client = TestClient(TestServer(app), loop=loop)
     loop.run_until_complete(test_client.start_server())

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import aiohttp
 import pytest
-from test_prometheus_sink import _snapshot
+from snapshots import sample_snapshot
 
 from ray_accel.dashboard_module.api import PREFIX, AcceleratorsApi
 from ray_accel.dashboard_module.collector import Collector
@@ -33,7 +33,7 @@ SLOW_HEAD = b"GET /metrics HTTP/1.1\r\nHost: agent\r\nX-Slow: " + b"z" * 60
 
 def _agent_app():
     store = SnapshotStore()
-    store.publish(replace(_snapshot(), taken_at=time.time()))
+    store.publish(replace(sample_snapshot(), taken_at=time.time()))
     return AgentHttp(store, lambda: True).app()
 
 

@@ -9,46 +9,10 @@ from dataclasses import replace
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
+from snapshots import sample_snapshot
 
 from ray_accel.exporter import catalog as m
-from ray_accel.exporter.model import (
-    BackendStatus,
-    Device,
-    DeviceSample,
-    NodeSnapshot,
-    ProcessSample,
-    Reading,
-    labels_of,
-)
 from ray_accel.exporter.sinks.prometheus import PrometheusRenderer, snapshot_families
-
-GPU = Device("nvidia", "0", "GPU-aaaa", "NVIDIA H200", "00000000:18:00.0",
-             facts={"architecture": "hopper", "driver_version": "570.1"})
-MIG = Device("nvidia", "1/3/0", "MIG-bbbb", "NVIDIA A100 MIG 3g.40gb", "00000000:2A:00.0",
-             parent_uuid="GPU-cccc")
-
-
-def _snapshot(cycle: int = 7) -> NodeSnapshot:
-    now = 1_700_000_000.0
-    gpu = DeviceSample(
-        GPU, up=True, taken_at=now - 0.5,
-        readings=(
-            Reading(m.GPU_UTILIZATION, 0.75, labels_of({"task": "general"})),
-            Reading(m.POWER, 512.5),
-            Reading(m.ENERGY, 123456.789),
-            Reading(m.HW_ERRORS, 3, labels_of({"error_type": "ecc_corrected"})),
-            Reading(m.XID_ERRORS, 2, labels_of({"xid": "79"})),
-        ),
-        processes=(ProcessSample(4242, (Reading(m.PROCESS_MEMORY_USAGE, 2**30),)),),
-    )
-    lost = DeviceSample(MIG, up=False, taken_at=now - 10)
-    return NodeSnapshot(
-        cycle=cycle, taken_at=now, interval_s=1.0, node_labels={"simulated": "true"},
-        backends=(BackendStatus("nvidia", "nvidia", True, 2),),
-        devices=(gpu, lost), cycle_duration_s=0.004,
-        error_counts={("nvidia", "not_supported", "nvmlDeviceGetPowerUsage"): 1},
-        agent_facts={"version": "0.1.0", "interval_seconds": "1", "scenario": "test"},
-    )
 
 
 def _samples(text: str, parser=parse_text) -> dict[tuple[str, frozenset], float]:
@@ -59,7 +23,7 @@ def _samples(text: str, parser=parse_text) -> dict[tuple[str, frozenset], float]
 
 
 def test_promtool_accepts_the_exposition(tmp_path):
-    body, _ = PrometheusRenderer().render(_snapshot(), openmetrics_format=False)
+    body, _ = PrometheusRenderer().render(sample_snapshot(), openmetrics_format=False)
     path = tmp_path / "metrics.prom"
     path.write_bytes(body)
     promtool = shutil.which("promtool")
@@ -72,7 +36,7 @@ def test_promtool_accepts_the_exposition(tmp_path):
 
 
 def test_values_labels_and_names_round_trip():
-    body, content_type = PrometheusRenderer().render(_snapshot(), openmetrics_format=False)
+    body, content_type = PrometheusRenderer().render(sample_snapshot(), openmetrics_format=False)
     assert content_type.startswith("text/plain")
     samples = _samples(body.decode())
     device = {"simulated": "true", "vendor": "nvidia", "model": "NVIDIA H200", "index": "0",
@@ -98,7 +62,7 @@ def test_values_labels_and_names_round_trip():
 
 
 def test_down_device_has_status_series_but_no_values():
-    body, _ = PrometheusRenderer().render(_snapshot(), openmetrics_format=False)
+    body, _ = PrometheusRenderer().render(sample_snapshot(), openmetrics_format=False)
     mig_series = {name: v for (name, labels), v in _samples(body.decode()).items()
                   if ("uuid", "MIG-bbbb") in labels}
     assert mig_series["ray_accelerator_device_up"] == 0
@@ -109,7 +73,7 @@ def test_down_device_has_status_series_but_no_values():
 
 
 def test_openmetrics_is_valid_and_carries_units():
-    body, content_type = PrometheusRenderer().render(_snapshot(), openmetrics_format=True)
+    body, content_type = PrometheusRenderer().render(sample_snapshot(), openmetrics_format=True)
     assert content_type.startswith("application/openmetrics-text")
     text = body.decode()
     assert text.endswith("# EOF\n")
@@ -121,7 +85,7 @@ def test_openmetrics_is_valid_and_carries_units():
 
 def test_agent_and_backend_series():
     samples = _samples(PrometheusRenderer(include_process_metrics=False)
-                       .render(_snapshot(), False)[0].decode())
+                       .render(sample_snapshot(), False)[0].decode())
     node = {"simulated": "true"}
     assert samples[("ray_accelerator_backend_up",
                     frozenset({**node, "backend": "nvidia"}.items()))] == 1
@@ -133,14 +97,14 @@ def test_agent_and_backend_series():
 
 
 def test_families_follow_catalog_order_and_render_is_cached():
-    names = [f.name for f in snapshot_families(_snapshot())]
+    names = [f.name for f in snapshot_families(sample_snapshot())]
     order = [s.prometheus_family for s in m.CATALOG]
     assert names == sorted(names, key=order.index)
     renderer = PrometheusRenderer()
-    snapshot = _snapshot()
+    snapshot = sample_snapshot()
     first, _ = renderer.render(snapshot, False)
     assert renderer.render(snapshot, False)[0] is first
-    assert renderer.render(_snapshot(cycle=8), False)[0] is not first
+    assert renderer.render(sample_snapshot(cycle=8), False)[0] is not first
 
 
 def test_fast_text_writer_matches_prometheus_client_byte_for_byte():
@@ -148,8 +112,9 @@ def test_fast_text_writer_matches_prometheus_client_byte_for_byte():
 
     from ray_accel.exporter.sinks.prometheus import text_exposition
 
-    tricky = replace(_snapshot(), agent_facts={"version": 'a"b\\c\nd', "interval_seconds": "1",
-                                               "scenario": "ünïcode"})
+    tricky = replace(sample_snapshot(),
+                     agent_facts={"version": 'a"b\\c\nd', "interval_seconds": "1",
+                                  "scenario": "ünïcode"})
     families = snapshot_families(tricky)
 
     class Families:
@@ -165,8 +130,9 @@ def test_text_from_rows_matches_prometheus_client_byte_for_byte(node_labels):
 
     from ray_accel.exporter.sinks.prometheus import snapshot_text
 
-    tricky = replace(_snapshot(), agent_facts={"version": 'a"b\\c\nd', "interval_seconds": "1",
-                                               "scenario": "ünïcode"},
+    tricky = replace(sample_snapshot(),
+                     agent_facts={"version": 'a"b\\c\nd', "interval_seconds": "1",
+                                  "scenario": "ünïcode"},
                      node_labels=node_labels)
     families = snapshot_families(tricky)
 
