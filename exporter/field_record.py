@@ -3,11 +3,12 @@
 The head keeps 80,000 devices' summaries; a dict per device costs its hash table
 (about 900 bytes for two dozen fields), a slotted object eight bytes a field.
 `FieldRecord` subclasses name their fields in `__slots__` and give every field a
-default in `DEFAULTS`; a field never set reads as its default without being
-stored. They answer `record["name"]`, `.get()` and `in` as the dict form did, so
-code that reads both the summary form and a full snapshot's dict form walks them
-alike, and `as_dict()` gives the whole dict form back (for answers that list
-every field).
+default in `DEFAULTS`; a field the record is not given holds that (shared)
+default. They answer `record["name"]`, `.get()` and `in` as the dict form did
+(an unknown name raises AttributeError rather than KeyError: the lookup is the
+slot's own, as fast as a dict's), so code that reads both the summary form and
+a full snapshot's dict form walks them alike, and `as_dict()` gives the dict
+form back (for answers that list every field).
 """
 
 from __future__ import annotations
@@ -23,35 +24,24 @@ class FieldRecord:
     DEFAULTS: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, fields: Mapping[str, Any]) -> None:
-        """The fields of `fields` this record has (others are ignored)."""
-        for name, value in fields.items():
-            if name in self.DEFAULTS:
-                object.__setattr__(self, name, value)
+        """The fields of `fields` this record has (others are ignored), the rest their
+        defaults."""
+        for name, default in self.DEFAULTS.items():
+            object.__setattr__(self, name, fields.get(name, default))
 
-    def __getitem__(self, name: str) -> Any:
-        try:
-            return getattr(self, name)
-        except AttributeError:
-            if name in self.DEFAULTS:
-                return self.DEFAULTS[name]
-            raise KeyError(name) from None
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        if name not in self.DEFAULTS:
-            raise KeyError(f"{type(self).__name__} has no field {name!r}")
-        object.__setattr__(self, name, value)
+    # record["name"]: the slot's own lookup, with no Python frame in between
+    __getitem__ = object.__getattribute__
+    __setitem__ = object.__setattr__
 
     def __contains__(self, name: object) -> bool:
-        """Whether the field was set (a default is not stored), as `in` on the dict form."""
-        return isinstance(name, str) and name in self.DEFAULTS and hasattr(self, name)
+        return name in self.DEFAULTS
 
     def get(self, name: str, default: Any = None) -> Any:
-        """The field's value where it was set, else `default` (as dict.get)."""
         return getattr(self, name, default) if name in self.DEFAULTS else default
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field, the ones not set with their defaults."""
-        return {name: self[name] for name in self.DEFAULTS}
+        """Every field as the dict form has it."""
+        return {name: getattr(self, name) for name in self.DEFAULTS}
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FieldRecord):

@@ -278,12 +278,14 @@ def test_summary_devices_are_slotted_records_read_like_the_snapshot_form():
     device = reduce_summary(json.loads(summary(3)[0]))["devices"][0]
     assert not hasattr(device, "__dict__")  # slots only: no per-device hash table
     assert device["power_watts"] == 300.0 and device["links"] == [] and device["holders"] == []
-    assert "power_watts" in device and "links" not in device  # a default is not stored
-    assert device.get("links") is None and device.get("fabric")["clique_id"] == "1"
-    with pytest.raises(KeyError):
+    assert device["links"] is type(device).DEFAULTS["links"]  # the shared default
+    assert "links" in device and "no_such_field" not in device
+    assert device.get("fabric")["clique_id"] == "1" and device.get("no_such_field") is None
+    with pytest.raises(AttributeError):
         device["no_such_field"]
-    with pytest.raises(KeyError):
+    with pytest.raises(AttributeError):
         device["no_such_field"] = 1
     whole = device.complete()
     assert json.loads(json.dumps(whole)) == whole  # the node page's answer form
     assert set(whole) == set(type(device).DEFAULTS) and whole["links"] == []
+    assert device == whole
