@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_grafana_prometheus import THRESHOLDS
+from board_queries import THRESHOLDS
 
 from ray_accel.exporter.backends.nvidia.probes import THROTTLE_REASONS
 from ray_accel.grafana import generate

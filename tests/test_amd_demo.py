@@ -9,7 +9,7 @@ import time
 
 import pytest
 from amd_support import GIB, MIB, simulation
-from test_demo_families import _holder_rows, demo_output
+from demo_output import demo_output, holder_rows
 
 from ray_accel.exporter.simulate.contexts import for_real_processes
 
@@ -58,7 +58,7 @@ def test_a_worker_that_opens_a_context_loads_its_amd_gpu(tmp_path):
 def test_the_demo_workload_runs_on_amd_gpus():
     output = demo_output("mi355x-8")
     states: dict[str, list[str]] = {}
-    for holder, state in _holder_rows(output):
+    for holder, state in holder_rows(output):
         states.setdefault(holder, []).append(state)
     assert states == {"Trainer": ["busy"], "IdleHolder": ["IDLE"], "Server": ["busy", "busy"],
                       "preprocess": ["busy"]}, output

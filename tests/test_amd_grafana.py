@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 from agent_process import AgentProcess
+from board_queries import JOB, amd_only
 from prometheus_server import PROMETHEUS, PrometheusServer
-from test_grafana_prometheus import JOB, amd_only
 
 from ray_accel.grafana import queries
 from ray_accel.grafana.boards import board_json, boards

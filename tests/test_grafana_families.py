@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 from agent_process import AgentProcess
+from board_queries import JOB, family_only
 from prometheus_server import PROMETHEUS, PrometheusServer
-from test_grafana_prometheus import JOB, family_only
 
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.grafana import queries

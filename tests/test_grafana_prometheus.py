@@ -35,10 +35,10 @@ from typing import Any
 import pytest
 import yaml
 from agent_process import AgentProcess
+from board_queries import JOB, THRESHOLDS, amd_only, family_only
 from prometheus_server import PROMETHEUS, PrometheusServer
 
 from ray_accel.demo.local_cluster import LocalRayCluster
-from ray_accel.exporter import catalog as m
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
 from ray_accel.grafana import queries
@@ -50,21 +50,10 @@ pytestmark = [
                        reason="prometheus is not installed (tools/system-deps.sh)"),
 ]
 
-JOB = "ray-accel"
 RAY_GPUS = "0,1,2,3"
 BUSY_OUTSIDE_RAY, SICK, HUNG, LOST = 4, 5, 6, 7
 OUTSIDER_PID = 4242
 GiB = 2**30
-# Shortened so that every alert can fire within the test.
-THRESHOLDS = {
-    **{name: "2s" for name in (
-        "idle_allocation_for", "unallocated_busy_for", "row_remap_pending_for",
-        "thermal_throttle_for", "power_throttle_for", "memory_full_for", "pcie_downtrained_for",
-        "link_down_for", "device_lost_for", "agent_down_for", "backend_down_for",
-        "sample_stale_for", "attribution_stale_for", "fabric_unhealthy_for")},
-    "xid_window": "1m", "ecc_window": "1m", "link_error_window": "30s", "link_error_burst": "1",
-    "sample_age_seconds": "3",
-}
 # What the faults above must set off; the rest must stay quiet on a healthy agent.
 EXPECTED_FIRING = {
     "RayAcceleratorAllocatedIdle", "RayAcceleratorUnallocatedBusy", "RayAcceleratorXidError",
@@ -88,30 +77,6 @@ EMPTY_VARIABLES = {
 # tests/test_collective_agent.py produce those series and check them.
 _TRANSFERS = "only while RDT transfers are in flight (tests/test_transfers_ray.py)"
 _COLLECTIVES = "only while a collective hangs (tests/test_collective_agent.py)"
-# Metrics only TPU, Neuron or Gaudi devices report: their panels are checked by
-# tests/test_grafana_families.py against a node with those devices.
-FAMILY_ONLY_METRICS = frozenset(m.spec(name).prometheus_name for name in (
-    m.TENSORCORE_UTILIZATION, m.COLLECTIVE_LATENCY, m.TRANSFER_LATENCY,
-    m.NEURON_CORE_MEMORY_USAGE, m.NEURON_EXECUTIONS, m.NEURON_EXECUTION_ERRORS,
-    m.NEURON_EXECUTION_LATENCY, m.NEURON_RUNTIME_VCPU_UTILIZATION, m.NEURON_RUNTIME_HOST_MEMORY,
-    m.GAUDI_PCIE_THROUGHPUT))
-
-
-# Metrics only AMD GPUs report (ROCm 6.3+): tests/test_amd_grafana.py checks their panels.
-AMD_ONLY_METRICS = frozenset(m.spec(name).prometheus_name for name in (
-    m.XCP_GFX_UTILIZATION, m.XCP_GFX_BELOW_HOST_LIMIT, m.THROTTLE_RESIDENCY))
-
-
-def family_only(expr: str) -> bool:
-    """Whether a query reads only metrics of the TPU, Neuron and Gaudi families."""
-    return any(name in expr for name in FAMILY_ONLY_METRICS)
-
-
-def amd_only(expr: str) -> bool:
-    """Whether a query reads only metrics that AMD GPUs alone report."""
-    return any(name in expr for name in AMD_ONLY_METRICS)
-
-
 EMPTY_PANELS: dict[tuple[str, str, str], str] = {
     ("ray-accel-interconnect", "Suspected hung collectives", "A"): _COLLECTIVES,
     ("ray-accel-workload", "Stalled transfers", "A"): _TRANSFERS,
