@@ -244,8 +244,8 @@ class Collector:
     def _build(self, nodes: list[NodeState]) -> ClusterView:
         """The round's view, its history staged and its heatmaps encoded (in the parsing
         thread: none of it waits on the event loop, nor holds it up)."""
-        view = build_view(nodes, self.refresh_s, None, self._parts)
-        self.history.stage(view.generated_at, history_values(view))
+        view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run)
+        self.history.stage(view.generated_at, history_values(view), _let_the_loop_run)
         heatmap_body(view)
         columns_body(view)
         return view
@@ -351,6 +351,13 @@ class Collector:
     def inject(self, node: NodeState) -> None:
         """Add a node with data already fetched (tests and benchmarks)."""
         self.nodes[node.node_id] = node
+
+
+def _let_the_loop_run() -> None:
+    """Hand the GIL to the event loop's thread if it waits for it: without this a long
+    rebuild in the parsing thread holds it for up to the interpreter's switch interval
+    (5 ms) at each of the loop's turns, which a request needs several of."""
+    time.sleep(0)
 
 
 def _taken_at(reply: Reply) -> float:

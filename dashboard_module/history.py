@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 _NAN = float("nan")
+PAUSE_EVERY = 4096
 
 
 class History:
@@ -41,13 +42,17 @@ class History:
         self.stage(at, values)
         self.publish()
 
-    def stage(self, at: float, values: Mapping[str, float | None]) -> None:
-        """Write the next round into the spare slot, unseen until `publish()`."""
+    def stage(self, at: float, values: Mapping[str, float | None],
+              pause: Callable[[], None] | None = None) -> None:
+        """Write the next round into the spare slot, unseen until `publish()`; `pause()`,
+        when given, is called every PAUSE_EVERY values (see collector.py)."""
         now = self._round + 1
         slot = now % self._slots
         self._times[slot] = at
         series_of, last_round = self._series, self._last_round
-        for key, value in values.items():
+        for number, (key, value) in enumerate(values.items()):
+            if pause is not None and number % PAUSE_EVERY == PAUSE_EVERY - 1:
+                pause()
             series = series_of.get(key)
             if series is None:
                 series = series_of[key] = array("f", [_NAN] * self._slots)
