@@ -3,6 +3,7 @@ import { cleanup, fireEvent, render, screen, waitFor } from "@testing-library/re
 import type { Device, NodeDetail } from "./api";
 import { HistoryRange, historyPath, sourceText, type SeriesAnswer } from "./components/HistoryRange";
 import { JobHistory } from "./components/JobHistory";
+import { Sparkline } from "./components/Sparkline";
 import { NodeView } from "./views/Node";
 
 afterEach(() => {
@@ -104,5 +105,16 @@ describe("a job's history", () => {
     expect(screen.getByTestId("history-source").textContent).toContain("No per-job history");
     expect(screen.getByTestId("history-error").textContent).toContain("ClientConnectorError");
     expect(screen.queryAllByTestId("sparkline")).toHaveLength(0);
+  });
+});
+
+describe("a sparkline over a long range", () => {
+  it("shows a value without neighbours as a dot, and a run as a line", () => {
+    render(<Sparkline values={[null, null, 0.5, null, 0.2, 0.3]} max={1} />);
+    const dots = screen.getAllByTestId("sparkline-dot");
+    expect(dots).toHaveLength(1);
+    expect(dots[0].getAttribute("cx")).toBe("48");
+    expect(screen.getByTestId("sparkline").querySelector("path")?.getAttribute("d"))
+      .toBe("M48.0,14.0M96.0,21.8L120.0,19.2");  // y = 28 - v * 26 - 1
   });
 });
