@@ -102,9 +102,9 @@ def view_of(readings: Iterable[Reading]) -> ActivityView:
             found["utilization"] = reading.value
         elif reading.metric == m.ACTIVITY and reading.labels in _ENGINES:
             found[_ENGINES[reading.labels]] = reading.value
-        elif reading.metric == m.PIPE_ACTIVITY and reading.labels == (("pipe", "tensor"),):
+        elif reading.metric == m.PIPE_ACTIVITY and reading.labels == (("pipe", m.PIPE_TENSOR),):
             found["tensor"] = reading.value
     return ActivityView(**found)
 
 
-_ENGINES = {(("engine", "graphics"),): "graphics", (("engine", "sm"),): "sm"}
+_ENGINES = {(("engine", engine),): engine for engine in (m.ENGINE_GRAPHICS, m.ENGINE_SM)}

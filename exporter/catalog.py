@@ -330,6 +330,16 @@ RECEIVE = "receive"
 ECC_CORRECTED = "ecc_corrected"  # hw.errors{error_type}
 ECC_UNCORRECTED = "ecc_uncorrected"
 PCIE_REPLAY = "pcie_replay"
+ENGINE_GRAPHICS = "graphics"  # {engine} of activity and process utilization
+ENGINE_SM = "sm"
+ENGINE_MEMORY = "memory"
+ENGINE_ENCODER = "encoder"
+ENGINE_DECODER = "decoder"
+CLOCK_SM = "sm"  # {clock}: the compute clock (AMD's GFX)
+CLOCK_MEMORY = "memory"
+PIPE_TENSOR = "tensor"  # ray.accelerator.pipe.activity{pipe}: any tensor pipe
+PCIE_CURRENT = "current"  # ray.accelerator.pcie.link.*{state}
+PCIE_MAX = "max"
 
 CATALOG: tuple[MetricSpec, ...] = (
     # Device activity

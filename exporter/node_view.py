@@ -99,7 +99,7 @@ def _process(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {
         **_identity(doc),
         "memory_bytes": value(values, m.PROCESS_MEMORY_USAGE),
-        "sm_utilization": value(values, m.PROCESS_UTILIZATION, engine="sm"),
+        "sm_utilization": value(values, m.PROCESS_UTILIZATION, engine=m.ENGINE_SM),
     }
 
 
@@ -157,14 +157,14 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
         "power_watts": value(values, m.POWER),
         "power_limit_watts": value(values, m.POWER_LIMIT),
         "temperature_celsius": value(values, m.TEMPERATURE, sensor="gpu"),
-        "sm_clock_hz": value(values, m.CLOCK_FREQUENCY, clock="sm"),
-        "sm_clock_max_hz": value(values, m.CLOCK_MAX_FREQUENCY, clock="sm"),
+        "sm_clock_hz": value(values, m.CLOCK_FREQUENCY, clock=m.CLOCK_SM),
+        "sm_clock_max_hz": value(values, m.CLOCK_MAX_FREQUENCY, clock=m.CLOCK_SM),
         "throttle_reasons": sorted(r for r, v in throttle.items() if v >= 1),
         "pcie": {
-            "generation": value(values, m.PCIE_GENERATION, state="current"),
-            "generation_max": value(values, m.PCIE_GENERATION, state="max"),
-            "width": value(values, m.PCIE_WIDTH, state="current"),
-            "width_max": value(values, m.PCIE_WIDTH, state="max"),
+            "generation": value(values, m.PCIE_GENERATION, state=m.PCIE_CURRENT),
+            "generation_max": value(values, m.PCIE_GENERATION, state=m.PCIE_MAX),
+            "width": value(values, m.PCIE_WIDTH, state=m.PCIE_CURRENT),
+            "width_max": value(values, m.PCIE_WIDTH, state=m.PCIE_MAX),
         },
         "ecc_corrected": errors.get(m.ECC_CORRECTED),
         "ecc_uncorrected": errors.get(m.ECC_UNCORRECTED),

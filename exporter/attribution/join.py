@@ -60,7 +60,7 @@ def _judge(holder: Holder, process: ProcessSample | None, sample: DeviceSample,
 
 
 def _busy(process: ProcessSample | None, sample: DeviceSample) -> bool:
-    sm = _value(process.readings, m.PROCESS_UTILIZATION, engine="sm") if process else None
+    sm = _value(process.readings, m.PROCESS_UTILIZATION, engine=m.ENGINE_SM) if process else None
     if sm is not None:
         return sm > 0
     device = _value(sample.readings, m.GPU_UTILIZATION, task=m.TASK_GENERAL)

@@ -65,7 +65,7 @@ def board() -> Board:
             Section("Use", [
                 timeseries("SM utilization by worker", "Fraction of time each process kept the "
                            "compute engines busy.",
-                           Query(in_job(m.PROCESS_UTILIZATION, eq("engine", "sm")), WORKER),
+                           Query(in_job(m.PROCESS_UTILIZATION, eq("engine", m.ENGINE_SM)), WORKER),
                            unit="percentunit", low=0, high=1),
                 table("Holders of spinning devices", "Workers holding a device that is busy "
                       "by its utilization while its SMs and tensor pipes do nothing (1 = "

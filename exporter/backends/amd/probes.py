@@ -35,7 +35,7 @@ VIOLATIONS: tuple[tuple[str, str], ...] = (
 TEMPERATURE_SENSORS: tuple[tuple[str, str], ...] = (
     ("edge", "EDGE"), ("hotspot", "HOTSPOT"), ("memory", "VRAM"))
 # clock label -> AmdSmiClkType member: GFX is the compute clock (NVIDIA's SM clock)
-CLOCK_DOMAINS: tuple[tuple[str, str], ...] = (("sm", "GFX"), ("memory", "MEM"))
+CLOCK_DOMAINS: tuple[tuple[str, str], ...] = ((m.CLOCK_SM, "GFX"), (m.CLOCK_MEMORY, "MEM"))
 
 
 def percent(value: Any) -> float | None:
@@ -138,10 +138,10 @@ def pcie(amd: DeviceCalls, handle: Any) -> Iterator[Reading]:
     static, metric = info.get("pcie_static") or {}, info.get("pcie_metric") or {}
     speed = number(metric.get("pcie_speed"))
     if speed is not None and int(speed) in PCIE_GENERATIONS:
-        yield reading(m.PCIE_GENERATION, PCIE_GENERATIONS[int(speed)], state="current")
+        yield reading(m.PCIE_GENERATION, PCIE_GENERATIONS[int(speed)], state=m.PCIE_CURRENT)
     generation = number(static.get("pcie_interface_version"))
     if generation is not None:
-        yield reading(m.PCIE_GENERATION, generation, state="max")
+        yield reading(m.PCIE_GENERATION, generation, state=m.PCIE_MAX)
     for width, state in ((metric.get("pcie_width"), "current"),
                          (static.get("max_pcie_width"), "max")):
         if number(width) is not None:

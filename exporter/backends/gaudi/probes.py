@@ -129,10 +129,10 @@ def rows(hlml: DeviceCalls, handle: Any) -> Iterator[Reading]:
 def pcie(hlml: DeviceCalls, handle: Any) -> Iterator[Reading]:
     generation = number(hlml.call("hlmlDeviceGetCurrPCIELinkGeneration", handle))
     if generation:
-        yield reading(m.PCIE_GENERATION, generation, state="current")
+        yield reading(m.PCIE_GENERATION, generation, state=m.PCIE_CURRENT)
     width = number(hlml.call("hlmlDeviceGetCurrPCIELinkWidth", handle))
     if width:
-        yield reading(m.PCIE_WIDTH, width, state="current")
+        yield reading(m.PCIE_WIDTH, width, state=m.PCIE_CURRENT)
     for direction, counter in PCIE_DIRECTIONS:
         rate = number(hlml.call("hlmlDeviceGetPCIEThroughput", handle, counter, key=direction))
         if rate is not None:

@@ -79,7 +79,7 @@ def _process(runtime: Runtime, cores: Sequence[int], with_runtime: bool) -> Proc
     busy = [runtime.utilization[core] for core in mine if core in runtime.utilization]
     if busy:
         # the general compute engine: what attribution reads to tell idle from busy
-        readings.append(reading(m.PROCESS_UTILIZATION, sum(busy) / len(busy), engine="sm"))
+        readings.append(reading(m.PROCESS_UTILIZATION, sum(busy) / len(busy), engine=m.ENGINE_SM))
     if with_runtime:
         readings.extend(runtime_readings(runtime))
     return ProcessSample(runtime.pid, tuple(readings))

@@ -77,11 +77,11 @@ def _link_metrics() -> Iterator[GpmMetric]:
 
 
 GPM_METRICS: tuple[GpmMetric, ...] = (
-    _percent(pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, m.ACTIVITY, engine="graphics"),
-    _percent(pynvml.NVML_GPM_METRIC_SM_UTIL, m.ACTIVITY, engine="sm"),
+    _percent(pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, m.ACTIVITY, engine=m.ENGINE_GRAPHICS),
+    _percent(pynvml.NVML_GPM_METRIC_SM_UTIL, m.ACTIVITY, engine=m.ENGINE_SM),
     _percent(pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, m.ACTIVITY, engine="sm_occupancy"),
     _percent(pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, m.ACTIVITY, engine="dram"),
-    _percent(pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor"),
+    _percent(pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe=m.PIPE_TENSOR),
     _percent(pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor_dfma"),
     _percent(pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor_hmma"),
     _percent(pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL, m.PIPE_ACTIVITY, pipe="tensor_dmma"),

@@ -30,8 +30,8 @@ from .calls import DeviceCalls
 from .probes import reading
 
 KIB = 1024
-PCIE = "pcie"
-NVLINK = "nvlink"
+PCIE = m.LINK_PCIE
+NVLINK = m.LINK_NVLINK
 
 _REMOTE_TYPES = {
     pynvml.NVML_NVLINK_DEVICE_TYPE_GPU: "gpu",
@@ -41,16 +41,16 @@ _REMOTE_TYPES = {
 # Per-link (scoped) counters: field id -> (metric, labels, scale to base units); the
 # metric's catalog cadence says whether a field is in every cycle's call or the slow one's.
 _NVLINK_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
-    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, m.LINK_IO, (("direction", "transmit"),), KIB),
-    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, m.LINK_IO, (("direction", "receive"),), KIB),
+    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, m.LINK_IO, (("direction", m.TRANSMIT),), KIB),
+    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, m.LINK_IO, (("direction", m.RECEIVE),), KIB),
     (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, m.LINK_ERRORS, (("error_type", "crc"),), 1),
     (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, m.LINK_ERRORS, (("error_type", "replay"),), 1),
     (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, m.LINK_ERRORS, (("error_type", "recovery"),),
      1),
 )
 _PCIE_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
-    (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, m.LINK_IO, (("direction", "transmit"),), 1),
-    (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, m.LINK_IO, (("direction", "receive"),), 1),
+    (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, m.LINK_IO, (("direction", m.TRANSMIT),), 1),
+    (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, m.LINK_IO, (("direction", m.RECEIVE),), 1),
 )
 _LINK_UP = (Reading(m.LINK_UP, 0.0), Reading(m.LINK_UP, 1.0))
 _HOST_FACTS = {"remote_type": "host"}  # what the PCIe link connects to (shared, never changed)
@@ -175,10 +175,10 @@ def pcie_max_readings(handle: Any) -> tuple[Reading, ...]:
     found = []
     generation = _quiet(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
     if generation is not None:
-        found.append(reading(m.PCIE_GENERATION, generation, state="max"))
+        found.append(reading(m.PCIE_GENERATION, generation, state=m.PCIE_MAX))
     width = _quiet(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
     if width is not None:
-        found.append(reading(m.PCIE_WIDTH, width, state="max"))
+        found.append(reading(m.PCIE_WIDTH, width, state=m.PCIE_MAX))
     return tuple(found)
 
 
@@ -278,10 +278,10 @@ def _slow_link_readings(calls: DeviceCalls, handle: Any, nvlink: NvLinkFacts,
 def _pcie_current(calls: DeviceCalls, handle: Any) -> Iterator[Reading]:
     generation = calls.call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)
     if generation is not None:
-        yield reading(m.PCIE_GENERATION, generation, state="current")
+        yield reading(m.PCIE_GENERATION, generation, state=m.PCIE_CURRENT)
     width = calls.call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
     if width is not None:
-        yield reading(m.PCIE_WIDTH, width, state="current")
+        yield reading(m.PCIE_WIDTH, width, state=m.PCIE_CURRENT)
 
 
 def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout,

@@ -111,7 +111,7 @@ def temperature(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Read
         yield reading(m.TEMPERATURE, celsius, sensor="gpu")
 
 
-_CLOCK_DOMAINS = (("sm", pynvml.NVML_CLOCK_SM), ("memory", pynvml.NVML_CLOCK_MEM))
+_CLOCK_DOMAINS = ((m.CLOCK_SM, pynvml.NVML_CLOCK_SM), (m.CLOCK_MEMORY, pynvml.NVML_CLOCK_MEM))
 
 
 def clocks(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Reading]:
@@ -229,10 +229,10 @@ def _process_utilization(
         state.last_process_sample_us = max(state.last_process_sample_us, sample.timeStamp)
     return {
         pid: (
-            reading(m.PROCESS_UTILIZATION, sample.smUtil / 100, engine="sm"),
-            reading(m.PROCESS_UTILIZATION, sample.memUtil / 100, engine="memory"),
-            reading(m.PROCESS_UTILIZATION, sample.encUtil / 100, engine="encoder"),
-            reading(m.PROCESS_UTILIZATION, sample.decUtil / 100, engine="decoder"),
+            reading(m.PROCESS_UTILIZATION, sample.smUtil / 100, engine=m.ENGINE_SM),
+            reading(m.PROCESS_UTILIZATION, sample.memUtil / 100, engine=m.ENGINE_MEMORY),
+            reading(m.PROCESS_UTILIZATION, sample.encUtil / 100, engine=m.ENGINE_ENCODER),
+            reading(m.PROCESS_UTILIZATION, sample.decUtil / 100, engine=m.ENGINE_DECODER),
         )
         for pid, sample in latest.items()
     }
