@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import socket
 from collections.abc import Mapping, Sequence
@@ -20,6 +19,7 @@ from .record.history import History
 from .sampler import Sampler
 from .server import AgentHttp
 from .serving import Serving, serve
+from .simulation_marker import simulated_environment
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -29,13 +29,6 @@ def agent_version() -> str:
         return version("ray-accel")
     except PackageNotFoundError:
         return "unknown"
-
-
-def simulated_environment() -> bool:
-    """True when this process inherited simulated hardware (e.g. from a raylet started on it)."""
-    from .simulate import STATE_ENV
-
-    return bool(os.environ.get(STATE_ENV))
 
 
 class Agent:

@@ -28,7 +28,8 @@ MAX_INTERVAL_S = 3600.0
 COMMAND_PLUGINS = "ray_accel.commands"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; `plugins=False` leaves out the entry-point subcommands."""
     parser = argparse.ArgumentParser(
         prog="ray-accel", description="Accelerator observability for Ray clusters."
     )
@@ -105,8 +106,22 @@ def build_parser() -> argparse.ArgumentParser:
     record.set_defaults(run=record_command.run)
     register(commands)  # deploy, undeploy, status, sd-file
     register_transfers(commands)  # transfers
-    _register_plugins(commands)  # dashboard, demo, grafana
+    if plugins:
+        _register_plugins(commands)  # dashboard, demo, grafana
     return parser
+
+
+def _runs_the_agent(argv: Sequence[str] | None) -> bool:
+    """Whether the command line asks for `agent`: its process then loads no plugin's modules.
+
+    The dashboard, demo and boards would add tens of modules the agent never uses
+    to the resident memory of every node's agent.
+    """
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--log-level")
+    first.add_argument("command", nargs="?")
+    known, _ = first.parse_known_args(argv)
+    return known.command == "agent"
 
 
 def _register_plugins(commands: argparse._SubParsersAction) -> None:
@@ -213,7 +228,7 @@ def _print_catalog(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(plugins=not _runs_the_agent(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .background import BackgroundTask
 from .web_auth import BasicUsers
 
@@ -71,6 +69,8 @@ class WebConfig:
 
 def load_web_config(path: str | Path) -> WebConfig:
     """Reads and checks the file; raises WebConfigError naming the file and the problem."""
+    import yaml  # only agents started with a web configuration file need it
+
     path = Path(path)
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -3,6 +3,8 @@
 Read-only; served behind the same authentication as /api/v1/snapshot (the
 agent's exposure guard covers every endpoint but /healthz). The scenario is
 built off the event loop: ten minutes of an eight-GPU node take a moment.
+The scenario writer (and the simulator's scenario checks it uses) is imported
+on the first request, so an agent nobody asks for a recording does not hold it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from ..backends.nvidia.calls import CALL_CPU_S
 from ..serving import json_error
 from .command import parse_duration
 from .history import History
-from .scenario_file import NothingRecorded, build_scenario
 
 PATH = "/api/v1/record"
 PARAMETERS = frozenset({"last", "identities"})
@@ -37,6 +38,8 @@ def record_handler(history: History) -> Callable[[web.Request], Awaitable[web.Re
         if identities not in ("keep", "replace"):
             return json_error(400, f"identities: {identities!r} is not keep or replace")
         recording = history.recording(last_s)
+        from .scenario_file import NothingRecorded, build_scenario
+
         try:
             document = await asyncio.to_thread(
                 build_scenario, recording, keep_identities=identities == "keep",

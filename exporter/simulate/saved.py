@@ -18,7 +18,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-STATE_ENV = "RAY_ACCEL_FAKE_NVML_STATE"
+from ..simulation_marker import STATE_ENV
+
 SCENARIO_FILE_NAME = "scenario.json"
 
 
