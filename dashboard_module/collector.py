@@ -247,7 +247,7 @@ class Collector:
         view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run)
         self.history.stage(view.generated_at, history_values(view), _let_the_loop_run)
         heatmap_body(view)
-        columns_body(view)
+        columns_body(view, _let_the_loop_run)
         return view
 
     def _track(self, targets: Sequence[AgentTarget]) -> None:

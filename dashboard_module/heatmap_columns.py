@@ -10,10 +10,11 @@ are indices into small tables. See docs/api.md.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from typing import Any
 
 from .aggregate import DOWN, OK, STALE, WARNING, ClusterView
+from .json_pieces import encode_in_pieces
 
 # Device health by code; the code is the index.
 HEALTH_CODES = (OK, WARNING, STALE, DOWN)
@@ -63,10 +64,11 @@ def columns_document(view: ClusterView) -> dict[str, Any]:
             "nodes": nodes, "devices": devices}
 
 
-def columns_body(view: ClusterView) -> bytes:
-    """The columns document as JSON, encoded once per view."""
+def columns_body(view: ClusterView, pause: Callable[[], None] = lambda: None) -> bytes:
+    """The columns document as JSON, encoded once per view (in pieces with `pause()`
+    between them: the collector encodes it beside the event loop)."""
     body = view.encoded.get(ENCODED_KEY)
     if body is None:
-        body = view.encoded[ENCODED_KEY] = json.dumps(
-            columns_document(view), separators=(",", ":"), allow_nan=False).encode()
+        body = view.encoded[ENCODED_KEY] = encode_in_pieces(columns_document(view), pause,
+                                                            allow_nan=False)
     return body
