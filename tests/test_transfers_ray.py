@@ -15,85 +15,34 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+import rdt_cluster
 from agent_process import AgentProcess
 from prometheus_client.parser import text_string_to_metric_families as parse_text
+from rdt_cluster import STALL_AFTER_S, RdtDriver, rdt_head, transfer_agent
 
 from ray_accel.demo.local_cluster import LocalRayCluster
-from ray_accel.exporter.simulate import SimulatedHardware
 
 pytest.importorskip("torch")
+hardware, driver = rdt_cluster.hardware, rdt_cluster.driver  # shared fixtures
 
-DRIVER = Path(__file__).with_name("rdt_driver.py")
-STALL_AFTER_S = 3
 RAY_TIMEOUT_S = 60
-
-
-class RdtDriver:
-    def __init__(self, cluster: LocalRayCluster, out: Path, env: dict[str, str] | None = None):
-        self.out = out
-        self.process = subprocess.Popen(
-            [sys.executable, str(DRIVER), "--address", cluster.gcs_address, "--out", str(out)],
-            env={**cluster.env, **(env or {})}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True)
-        self.expect("rdt-ready", timeout=180)
-        self.identities = json.loads((out / "identities.json").read_text())
-
-    def send(self, line: str) -> None:
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
-    def expect(self, prefix: str, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        for line in self.process.stdout:
-            if line.startswith(prefix):
-                return line.strip()
-            assert time.monotonic() < deadline, f"driver did not say {prefix!r} in time"
-        raise AssertionError(f"driver ended without saying {prefix!r}")
-
-    def stop(self) -> None:
-        if self.process.stdin and not self.process.stdin.closed:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def hardware(tmp_path_factory) -> SimulatedHardware:
-    return SimulatedHardware.start("hgx-h200", state_dir=tmp_path_factory.mktemp("hw"))
-
-
-@pytest.fixture(scope="module")
 def cluster(hardware) -> Iterator[LocalRayCluster]:
-    local = LocalRayCluster(prefix="rt-")
-    try:
-        local.start_head(hardware.environ(), "--num-cpus=2")
+    with rdt_head(hardware, "rt-") as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")
 def agent(cluster, hardware) -> Iterator[AgentProcess]:
-    args = ("--ray-address", cluster.gcs_address, "--interval", "0.5",
-            "--attribution-interval", "0.5", "--transfer-stall-after", str(STALL_AFTER_S))
-    with AgentProcess(*args, env=hardware.environ(), ray=True) as running:
+    with transfer_agent(cluster, hardware) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def driver(cluster, agent, tmp_path_factory) -> Iterator[RdtDriver]:
-    running = RdtDriver(cluster, tmp_path_factory.mktemp("rdt"))
-    yield running
-    running.stop()
 
 
 def transfer_series(agent: AgentProcess, name: str) -> list:
