@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..exporter import catalog as m
 from ..exporter.model import Device, Peer
 from ..exporter.node_view import SummaryDevice
 from ..exporter.serving import json_error
@@ -254,8 +255,8 @@ class AcceleratorsApi:
         history = self.collector.history
         shown = []
         for device in devices:
-            nvlink = [link for link in device["links"] if link["link_type"] != "pcie"]
-            pcie = [link for link in device["links"] if link["link_type"] == "pcie"]
+            nvlink = [link for link in device["links"] if link["link_type"] != m.LINK_PCIE]
+            pcie = [link for link in device["links"] if link["link_type"] == m.LINK_PCIE]
             shown.append({
                 **(device.complete() if isinstance(device, SummaryDevice) else device),
                 "health": view.health.get(device["uuid"], "stale"),

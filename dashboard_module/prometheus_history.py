@@ -132,7 +132,7 @@ def _filters(settings: PrometheusSettings) -> tuple[str, ...]:
 def scope_queries(scope: Scope, filters: Sequence[str]) -> dict[str, str]:
     """PromQL per series name of `scope`; a name ending in `/uuid` is one series per device."""
     sel = selector(*filters)
-    general = eq("task", "general")
+    general = eq("task", m.TASK_GENERAL)
     if scope.kind == "cluster":
         devices = f"count({sel(m.DEVICE_UP)})"
         return {
