@@ -42,6 +42,8 @@ DEFAULT_RETRY_AFTER_S = 10.0
 MAX_CACHE_S = 30.0
 MAX_CACHED = 512
 MAX_ANSWER_BYTES = 16 * 2**20
+# Queries in flight to Prometheus at once, whatever the number of tabs open.
+MAX_CONCURRENT_QUERIES = 8
 
 SCOPES = ("cluster", "node", "device", "job")
 
@@ -187,6 +189,7 @@ class PrometheusHistory:
         self.settings = settings
         self.max_points = max_points
         self.filters = _filters(settings)
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
 
     def grid(self, range_name: str, now: float) -> tuple[int, int, int]:
         """(start, end, step) in unix seconds: `end` the last whole step before `now`."""
@@ -239,7 +242,7 @@ class PrometheusHistory:
                            end: int, step: int) -> list[dict[str, Any]]:
         url = f"{self.settings.url}/api/v1/query_range"
         form = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
-        async with session.post(url, data=form) as reply:
+        async with self._slots, session.post(url, data=form) as reply:
             raw = await reply.content.read(MAX_ANSWER_BYTES + 1)
             if len(raw) > MAX_ANSWER_BYTES:
                 raise PrometheusError(f"Prometheus at {self.settings.url} answered more than "
