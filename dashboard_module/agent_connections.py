@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024
-DEFAULT_MAX_IDLE = 4096
+# One idle connection per agent is what a round reuses; the file descriptor limit rules.
+DEFAULT_MAX_IDLE = 65536
 
 Origin = tuple[str, str, int]  # scheme, host, port
 

@@ -303,3 +303,21 @@ def test_a_document_encoded_in_pieces_is_the_same_json():
     assert len(pauses) >= 4  # the long lists were written in pieces
     with pytest.raises(ValueError):
         encode_in_pieces({"x": [float("nan")] * 5000}, lambda: None, allow_nan=False)
+
+
+def test_idle_connections_beyond_the_cap_are_closed_oldest_first():
+    async def scenario() -> None:
+        async with Agents(summary) as one, Agents(summary) as two, Agents(summary) as three:
+            connections = AgentConnections({}, ssl.create_default_context, max_idle=2)
+            try:
+                for agents in (one, two, three):  # three agents: the first one's goes
+                    await connections.get(f"{agents.url}/n/0/api/v1/summary", {}, 5, 2**20)
+                assert connections.opened == 3
+                await connections.get(f"{three.url}/n/1/api/v1/summary", {}, 5, 2**20)
+                assert connections.opened == 3  # the newest idle one was kept
+                await connections.get(f"{one.url}/n/1/api/v1/summary", {}, 5, 2**20)
+                assert connections.opened == 4  # the oldest was closed
+            finally:
+                connections.close()
+
+    asyncio.run(scenario())
