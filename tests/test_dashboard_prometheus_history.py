@@ -287,3 +287,43 @@ def test_the_standalone_refuses_a_prometheus_that_is_not_a_url():
     assert result.returncode == 2
     assert "--prometheus: a Prometheus URL looks like http://host:9090, got 'prometheus:9090'" \
         in result.stderr
+
+
+def test_answers_are_cached_and_a_failed_prometheus_is_not_asked_again_at_once():
+    asked: list[str] = []
+    failing = [False]
+
+    async def fake_prometheus(request: web.Request) -> web.Response:
+        asked.append((await request.post())["query"])
+        if failing[0]:
+            return web.json_response({"status": "error", "error": "overloaded"}, status=503)
+        return web.json_response(MATRIX)
+
+    async def scenario() -> tuple[list[dict], list[int]]:
+        app = web.Application()
+        app.router.add_post("/api/v1/query_range", fake_prometheus)
+        async with TestServer(app) as server:
+            api = _api(PrometheusHistory(PrometheusSettings(str(server.make_url("")))))
+            async with TestClient(TestServer(build_app(api))) as client:
+
+                async def ask(**params: str) -> dict:
+                    return await (await client.get("/accelerators/api/history",
+                                                   params=params)).json()
+
+                answers = [await ask(uuid="GPU-1"), await ask(uuid="GPU-1")]
+                counts = [len(asked)]
+                answers.append(await ask(uuid="GPU-1", range="6h"))  # another series: asked
+                counts.append(len(asked))
+                failing[0] = True
+                answers += [await ask(uuid="GPU-2"), await ask(uuid="GPU-3")]
+                counts.append(len(asked))
+                api.tab_history.retry_after_s = 0.0
+                answers.append(await ask(uuid="GPU-3"))
+                counts.append(len(asked))
+                return answers, counts
+
+    answers, counts = asyncio.run(scenario())
+    assert counts == [3, 6, 9, 12]  # three queries per device answer
+    assert [a["source"] for a in answers] == ["prometheus"] * 3 + ["memory"] * 3
+    assert answers[3]["error"] == answers[4]["error"]  # the second: from memory, not asked
+    assert "(HTTP 503): overloaded" in answers[5]["error"]
