@@ -192,10 +192,13 @@ class PrometheusHistory:
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
 
     def grid(self, range_name: str, now: float) -> tuple[int, int, int]:
-        """(start, end, step) in unix seconds: `end` the last whole step before `now`."""
+        """(start, end, step) in unix seconds on whole steps, `end` the first at or after
+        `now`: it reads the latest samples (a point after the last scrape reads the newest
+        within Prometheus' lookback), so the last point of a 7-day range is not half an
+        hour old."""
         window = RANGES[range_name]
         step = step_for(window, self.max_points)
-        end = int(now // step * step)
+        end = math.ceil(now / step) * step
         return end - (window // step - 1) * step, end, step
 
     async def series(self, scope: Scope, range_name: str,

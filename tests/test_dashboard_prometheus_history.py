@@ -15,6 +15,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ NODE = "ab" * 28
 THIS, OTHER, CLUSTER = "session_2026-12-01_10-00-00_000001_1", "session_other", "c1"
 LOOKBACK_MS = 300_000  # Prometheus' default lookback delta
 POINTS = 3600  # one point a second over the 1 h range, so a short test has many
+SETTLE_S = 2.0  # a point this long before a request has every scrape it will have
 
 
 def _scrape_job(name: str, agent: AgentProcess, session: str) -> dict[str, Any]:
@@ -118,39 +120,58 @@ async def _get_all(api: AcceleratorsApi, *queries: dict[str, str],
         return answers
 
 
+def _settled(answer: dict, asked_at: float, *names: str) -> dict[str, list]:
+    """`answer`'s timestamps and series `names` at the points that were past when it was
+    asked for (a scrape that started before a later point may still have been in flight)."""
+    keep = [i for i, t in enumerate(answer["timestamps"]) if t <= asked_at - SETTLE_S]
+    return {name: [answer[name][i] for i in keep] for name in ("timestamps", *names)}
+
+
+def _nested(name: str, uuid: str) -> str:
+    return f"{name}/{uuid}"
+
+
 def test_device_and_node_series_equal_what_prometheus_scraped(agents, prometheus):
     h200 = agents[0]
     uuids = [d["uuid"] for d in h200.json("/api/v1/snapshot")["devices"]]
+    asked_at = time.time()
     (status, device), (_, node) = asyncio.run(_get_all(
         _api(_history(prometheus)), {"uuid": uuids[3], "range": "1h"},
         {"node_id": NODE, "range": "1h"}))
     assert status == 200 and device["source"] == "prometheus" and device["error"] == ""
     assert device["step_s"] == 1 and len(device["timestamps"]) == POINTS
+    # the last point is the first whole step from when it was asked: the current values
+    assert asked_at <= device["timestamps"][-1] < asked_at + 1 + SETTLE_S
+    assert device["utilization"][-1] is not None and node["power_watts"][-1] is not None
 
     util = metric(m.GPU_UTILIZATION)
     scope = f'SessionName="{THIS}",task="general"'
     stored = {s["metric"]["uuid"]: s["values"]
-              for s in _raw(prometheus, f"{util}{{{scope}}}", at=device["timestamps"][-1])}
+              for s in _raw(prometheus, f"{util}{{{scope}}}", at=asked_at)}
     assert sorted(stored) == sorted(uuids)
-    expected = [_latest(stored[uuids[3]], t) for t in device["timestamps"]]
-    assert sum(v is not None for v in expected) >= 5  # eight scrapes a second apart
-    assert device["utilization"] == expected
+    past = _settled(device, asked_at, "utilization", "memory_used_bytes")
+    expected = [_latest(stored[uuids[3]], t) for t in past["timestamps"]]
+    assert sum(v is not None for v in expected) >= 4  # eight scrapes a second apart
+    assert past["utilization"] == expected
     memory = _raw(prometheus, f'{metric(m.MEMORY_USAGE)}{{SessionName="{THIS}",'
-                              f'uuid="{uuids[3]}"}}', at=device["timestamps"][-1])
-    assert device["memory_used_bytes"] == [_latest(memory[0]["values"], t)
-                                           for t in device["timestamps"]]
+                              f'uuid="{uuids[3]}"}}', at=asked_at)
+    assert past["memory_used_bytes"] == [_latest(memory[0]["values"], t)
+                                         for t in past["timestamps"]]
 
     assert node["source"] == "prometheus" and node["node_id"] == NODE
     assert sorted(node["devices"]) == sorted(uuids)  # the other session's L4 is not here
+    flat = {**node, **{_nested("utilization", uuid): node["devices"][uuid]["utilization"]
+                       for uuid in uuids}}
+    past = _settled(flat, asked_at, "utilization",
+                    *(_nested("utilization", uuid) for uuid in uuids))
     for uuid in uuids:
-        assert node["devices"][uuid]["utilization"] == [
-            _latest(stored[uuid], t) for t in node["timestamps"]]
-    for at, mean in zip(node["timestamps"], node["utilization"], strict=True):
+        assert past[_nested("utilization", uuid)] == [
+            _latest(stored[uuid], t) for t in past["timestamps"]]
+    for at, mean in zip(past["timestamps"], past["utilization"], strict=True):
         values = [_latest(stored[uuid], at) for uuid in uuids]
         present = [v for v in values if v is not None]
         assert mean == (pytest.approx(sum(present) / len(present), rel=1e-12) if present
                         else None)
-    assert any(v is not None for v in node["power_watts"])
 
 
 def test_series_are_scoped_to_the_session_and_cluster(prometheus):
@@ -158,26 +179,29 @@ def test_series_are_scoped_to_the_session_and_cluster(prometheus):
         return await history.series(scope, "1h")
 
     power = metric(m.POWER)
+    asked_at = time.time()
     this = asyncio.run(ask(_history(prometheus), Scope("cluster")))
     other = asyncio.run(ask(_history(prometheus, session=OTHER), Scope("node", NODE)))
     everyone = asyncio.run(ask(_history(prometheus, session=""), Scope("cluster")))
     elsewhere = asyncio.run(ask(_history(prometheus, cluster="c2"), Scope("cluster")))
-    at = this["timestamps"][-1]
     stored = {s["metric"]["SessionName"] + s["metric"]["uuid"]: s["values"]
-              for s in _raw(prometheus, power, at=at)}
+              for s in _raw(prometheus, power, at=asked_at)}
 
     def total(prefix: str, when: float) -> float:
         return sum(v for k, samples in stored.items() if k.startswith(prefix)
                    if (v := _latest(samples, when)) is not None)
 
-    checked = [(t, p) for t, p in zip(this["timestamps"], this["power_watts"], strict=True)
-               if p is not None]
-    assert len(checked) >= 5
+    past = {name: _settled(answer, asked_at, "power_watts")
+            for name, answer in (("this", this), ("other", other), ("everyone", everyone))}
+    checked = [(t, p) for t, p in zip(*past["this"].values(), strict=True) if p is not None]
+    assert len(checked) >= 4
     for when, watts in checked:
         assert watts == pytest.approx(total(THIS, when), rel=1e-12)
     assert len(other["devices"]) == 4 and next(iter(other["devices"])).startswith("GPU-")
-    assert other["power_watts"][-1] == pytest.approx(total(OTHER, at), rel=1e-12)
-    assert everyone["power_watts"][-1] == pytest.approx(total("", at), rel=1e-12)
+    for name, prefix in (("other", OTHER), ("everyone", "")):
+        when, watts = past[name]["timestamps"][-1], past[name]["power_watts"][-1]
+        assert watts == pytest.approx(total(prefix, when), rel=1e-12)
+    assert total("", checked[-1][0]) > total(THIS, checked[-1][0]) > 0
     assert this["devices_down"][-1] == 0.0  # every device up, and devices are reporting
     assert set(elsewhere["power_watts"]) == {None}
     assert set(elsewhere["devices_down"]) == {None}  # no devices: no count, not zero
