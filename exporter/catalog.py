@@ -340,6 +340,12 @@ CLOCK_MEMORY = "memory"
 PIPE_TENSOR = "tensor"  # ray.accelerator.pipe.activity{pipe}: any tensor pipe
 PCIE_CURRENT = "current"  # ray.accelerator.pcie.link.*{state}
 PCIE_MAX = "max"
+REASON_GPU_IDLE = "gpu_idle"  # ray.accelerator.throttle.*{reason}
+REASON_SW_POWER_CAP = "sw_power_cap"
+REASON_HW_SLOWDOWN = "hw_slowdown"
+REASON_SW_THERMAL_SLOWDOWN = "sw_thermal_slowdown"
+REASON_HW_THERMAL_SLOWDOWN = "hw_thermal_slowdown"
+REASON_HW_POWER_BRAKE_SLOWDOWN = "hw_power_brake_slowdown"
 
 CATALOG: tuple[MetricSpec, ...] = (
     # Device activity

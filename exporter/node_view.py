@@ -24,7 +24,8 @@ from .shared_values import share, share_fact
 
 # Throttle reasons that mean trouble (slowdowns), as opposed to idle or app clocks.
 HARMFUL_THROTTLE_REASONS = frozenset({
-    "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown",
+    m.REASON_HW_SLOWDOWN, m.REASON_HW_THERMAL_SLOWDOWN, m.REASON_SW_THERMAL_SLOWDOWN,
+    m.REASON_HW_POWER_BRAKE_SLOWDOWN,
 })
 
 

@@ -5,5 +5,5 @@ from ray_accel.exporter import catalog as m
 GENERAL = m.TASK_GENERAL  # hw_gpu_utilization_ratio{task}: compute/graphics engines
 ECC_UNCORRECTED = m.ECC_UNCORRECTED
 CURRENT, MAX = m.PCIE_CURRENT, m.PCIE_MAX  # PCIe link state
-THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown")
-POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
+THERMAL_REASONS = (m.REASON_HW_THERMAL_SLOWDOWN, m.REASON_SW_THERMAL_SLOWDOWN, m.REASON_HW_SLOWDOWN)
+POWER_REASONS = (m.REASON_SW_POWER_CAP, m.REASON_HW_POWER_BRAKE_SLOWDOWN)

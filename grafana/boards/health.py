@@ -50,7 +50,7 @@ def board() -> Board:
             Section("Throttling and thermals", [
                 timeseries("Clock event reasons", "Reasons holding the clocks down (1 = active); "
                            "idle is left out.",
-                           Query(sel(m.THROTTLE_ACTIVE, 'reason!="gpu_idle"') + " == 1",
+                           Query(sel(m.THROTTLE_ACTIVE, f'reason!="{m.REASON_GPU_IDLE}"') + " == 1",
                                  DEVICE + " {{reason}}"), bars=True),
                 timeseries("Temperature", "Temperature of each sensor.",
                            Query(sel(m.TEMPERATURE), DEVICE + " {{sensor}}"), unit="celsius"),

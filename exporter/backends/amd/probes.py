@@ -26,7 +26,7 @@ PCIE_GENERATIONS = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
 # tracking) is the power cap, NVIDIA's sw_power_cap; the thermal ones have no
 # NVIDIA counterpart and keep AMD's names.
 VIOLATIONS: tuple[tuple[str, str], ...] = (
-    ("ppt_pwr", "sw_power_cap"),
+    ("ppt_pwr", m.REASON_SW_POWER_CAP),
     ("socket_thrm", "socket_thermal"),
     ("prochot_thrm", "prochot"),
     ("vr_thrm", "vr_thermal"),

@@ -39,7 +39,7 @@ TICKS = "accumulation_counter"
 BUSY = "xcp_stats.gfx_busy_inst"
 # device-level residency accumulator -> throttle reason (as amdsmi's violation status names)
 DEVICE_RESIDENCY: tuple[tuple[str, str], ...] = (
-    ("ppt_residency_acc", "sw_power_cap"),
+    ("ppt_residency_acc", m.REASON_SW_POWER_CAP),
     ("socket_thm_residency_acc", "socket_thermal"),
     ("prochot_residency_acc", "prochot"),
     ("vr_thm_residency_acc", "vr_thermal"),

@@ -26,7 +26,7 @@ TEMPERATURE_SENSORS: tuple[tuple[str, int], ...] = (
 CLOCK_DOMAINS: tuple[tuple[str, int], ...] = (("soc", 0), ("ic", 1), ("mme", 2), ("tpc", 3))
 # HLML_CLOCKS_THROTTLE_REASON_* bit -> reason label, NVIDIA's names for the same causes
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (1 << 0, "sw_power_cap"), (1 << 1, "sw_thermal_slowdown"))
+    (1 << 0, m.REASON_SW_POWER_CAP), (1 << 1, m.REASON_SW_THERMAL_SLOWDOWN))
 ECC_TYPES: tuple[tuple[str, int], ...] = ((m.ECC_CORRECTED, 0), (m.ECC_UNCORRECTED, 1))
 VOLATILE_ECC = 0  # HLML_VOLATILE_ECC: since the driver was loaded, as on NVIDIA
 # HLML_ROW_REPLACEMENT_CAUSE value -> cause label (NVIDIA's remapped-rows causes)

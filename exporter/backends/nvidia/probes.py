@@ -25,14 +25,14 @@ MHZ = 1_000_000
 
 # Clock-event (throttle) reason bits and the label each gets.
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (pynvml.nvmlClocksEventReasonGpuIdle, "gpu_idle"),
+    (pynvml.nvmlClocksEventReasonGpuIdle, m.REASON_GPU_IDLE),
     (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting"),
-    (pynvml.nvmlClocksEventReasonSwPowerCap, "sw_power_cap"),
-    (pynvml.nvmlClocksEventReasonHwSlowdown, "hw_slowdown"),
+    (pynvml.nvmlClocksEventReasonSwPowerCap, m.REASON_SW_POWER_CAP),
+    (pynvml.nvmlClocksEventReasonHwSlowdown, m.REASON_HW_SLOWDOWN),
     (pynvml.nvmlClocksEventReasonSyncBoost, "sync_boost"),
-    (pynvml.nvmlClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"),
-    (pynvml.nvmlClocksEventReasonHwThermalSlowdown, "hw_thermal_slowdown"),
-    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"),
+    (pynvml.nvmlClocksEventReasonSwThermalSlowdown, m.REASON_SW_THERMAL_SLOWDOWN),
+    (pynvml.nvmlClocksEventReasonHwThermalSlowdown, m.REASON_HW_THERMAL_SLOWDOWN),
+    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, m.REASON_HW_POWER_BRAKE_SLOWDOWN),
     (pynvml.nvmlClocksEventReasonDisplayClockSetting, "display_clock_setting"),
 )
 

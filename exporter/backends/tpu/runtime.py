@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from ..base import CallErrors, ErrorTally
+from ..calls import CallErrors, ErrorTally, Failure
 from . import proto
 
 PORTS_ENV = "TPU_RUNTIME_METRICS_PORTS"
@@ -85,11 +85,8 @@ class RuntimeCalls(CallErrors):
                 code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
                 if code is grpc.StatusCode.UNAVAILABLE:
                     continue
-                kind = status_kind(code)
-                self._tally.count(kind, FUNCTION)
-                if code in _UNSUPPORTED:
-                    self._unsupported[key] = kind
-                self.cycle_errors[key] = kind
+                self.failed(key, FUNCTION, Failure(status_kind(code),
+                                                   permanent=code in _UNSUPPORTED))
                 return None
             self._current = position
             return list(response.metric.metrics)

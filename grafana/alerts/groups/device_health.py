@@ -195,7 +195,8 @@ def _thermal_throttling(config: AlertConfig) -> Rule:
             tuning="Raise `thermal_throttle_for` to ignore short spikes."),
         thresholds=("thermal_throttle_for",),
         **split(sustained(t.thermal_throttle_for,
-                   _throttled(device, "hw_thermal_slowdown", "gpu_idle"), bad=1, good=0, near=0)),
+                   _throttled(device, m.REASON_HW_THERMAL_SLOWDOWN, m.REASON_GPU_IDLE),
+                   bad=1, good=0, near=0)),
     )
 
 
@@ -229,7 +230,8 @@ def _power_throttling(config: AlertConfig) -> Rule:
                    "is expected."),
         thresholds=("power_throttle_for",),
         **split(sustained(t.power_throttle_for,
-                   _throttled(device, "sw_power_cap", "gpu_idle"), bad=1, good=0, near=0)),
+                   _throttled(device, m.REASON_SW_POWER_CAP, m.REASON_GPU_IDLE),
+                   bad=1, good=0, near=0)),
     )
 
 
