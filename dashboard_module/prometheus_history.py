@@ -278,6 +278,13 @@ def _on_grid(entry: Mapping[str, Any], start: int, step: int,
     return values
 
 
+def _holds_values(body: Mapping[str, Any]) -> bool:
+    """Whether any series of a Prometheus answer has a value (a node's devices included)."""
+    series = [v for k, v in body.items() if k not in ("timestamps", "step_s", "devices")]
+    series += [v for device in body.get("devices", {}).values() for v in device.values()]
+    return any(value is not None for values in series for value in values)
+
+
 @dataclass
 class _Cached:
     expires: float
@@ -329,12 +336,21 @@ class TabHistory:
                     self._failure, self._failed_at = str(failure), self._clock()
                     error = self._failure
                 else:
-                    return {**meta, "source": "prometheus", "error": "",
-                            "prometheus_url": self.prometheus.settings.url, **body}
+                    if _holds_values(body):
+                        return {**meta, "source": "prometheus", "error": "",
+                                "prometheus_url": self.prometheus.settings.url, **body}
+                    error = self._none_held()
         history = self._memory()
         return {**meta, "source": "memory", "error": error,
                 **memory_series(history, scope.kind, scope.key, self._devices_of(scope.key)
                                 if scope.kind == "node" else ())}
+
+    def _none_held(self) -> str:
+        settings = self.prometheus.settings
+        scoped = ", ".join(f"{label}={value!r}" for label, value in (
+            ("SessionName", settings.session_name), ("ray_io_cluster", settings.cluster)) if value)
+        return (f"Prometheus at {settings.url} holds none of these series over the range"
+                + (f" (scoped to {scoped})" if scoped else ""))
 
     async def _cached(self, scope: Scope, range_name: str, now: float) -> dict[str, Any]:
         key = (scope, range_name)

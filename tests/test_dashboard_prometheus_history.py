@@ -318,12 +318,16 @@ def test_answers_are_cached_and_a_failed_prometheus_is_not_asked_again_at_once()
     failing = [False]
 
     async def fake_prometheus(request: web.Request) -> web.Response:
-        asked.append((await request.post())["query"])
+        form = await request.post()
+        asked.append(form["query"])
         if failing[0]:
             return web.json_response({"status": "error", "error": "overloaded"}, status=503)
-        return web.json_response(MATRIX)
+        if "ray_job_id" in form["query"]:
+            return web.json_response(MATRIX)  # no series of that job
+        return web.json_response({"status": "success", "data": {"resultType": "matrix",
+                                  "result": [{"metric": {}, "values": [[form["end"], "1"]]}]}})
 
-    async def scenario() -> tuple[list[dict], list[int]]:
+    async def scenario() -> tuple[list[dict], list[int], dict, str]:
         app = web.Application()
         app.router.add_post("/api/v1/query_range", fake_prometheus)
         async with TestServer(app) as server:
@@ -338,16 +342,21 @@ def test_answers_are_cached_and_a_failed_prometheus_is_not_asked_again_at_once()
                 counts = [len(asked)]
                 answers.append(await ask(uuid="GPU-1", range="6h"))  # another series: asked
                 counts.append(len(asked))
+                empty = await ask(job_id="02000000")
+                asked.clear()
                 failing[0] = True
                 answers += [await ask(uuid="GPU-2"), await ask(uuid="GPU-3")]
                 counts.append(len(asked))
                 api.tab_history.retry_after_s = 0.0
                 answers.append(await ask(uuid="GPU-3"))
                 counts.append(len(asked))
-                return answers, counts
+                return answers, counts, empty, str(server.make_url("")).rstrip("/")
 
-    answers, counts = asyncio.run(scenario())
-    assert counts == [3, 6, 9, 12]  # three queries per device answer
+    answers, counts, empty, url = asyncio.run(scenario())
+    assert counts == [3, 6, 3, 6]  # three queries per device answer
+    assert answers[0]["utilization"][-1] == 1.0
+    assert empty["source"] == "memory" and empty["devices_held"] == []
+    assert empty["error"] == f"Prometheus at {url} holds none of these series over the range"
     assert [a["source"] for a in answers] == ["prometheus"] * 3 + ["memory"] * 3
     assert answers[3]["error"] == answers[4]["error"]  # the second: from memory, not asked
     assert "(HTTP 503): overloaded" in answers[5]["error"]
