@@ -89,7 +89,7 @@ def test_a_real_agent_exports_the_plugin_next_to_the_built_in_backends(site):
     broken = site.parent / "broken"
     install(broken, "ray-accel-broken-backend", "0.1.0", {"broken": "no_such_module:Backend"})
     python_path = os.pathsep.join([str(site), str(broken), os.environ.get("PYTHONPATH", "")])
-    env = {"PYTHONPATH": python_path, "EXAMPLE_LOST": "1"}
+    env = {"PYTHONPATH": python_path, "EXAMPLE_LOST": "1", "EXAMPLE_UNCATALOGUED": "1"}
     args = ("--simulate", "l4-pcie", "--interval", "0.2",
             "--backend", "example", "--backend", "nvidia", "--backend", "broken")
     with AgentProcess(*args, env=env) as agent:
@@ -105,6 +105,12 @@ def test_a_real_agent_exports_the_plugin_next_to_the_built_in_backends(site):
                      for s in series(body, "ray_accelerator_device_up")}
         assert device_up[("example", "0")] == 1.0 and device_up[("example", "1")] == 0.0
         assert len(series(body, "hw_power_watts")) == 4 + 1  # four L4s and example 0
+        # the plug-in's reading of a metric the catalog lacks is dropped and counted, not served
+        assert b"example_fan" not in body
+        assert {(s.labels["backend"], s.labels["kind"], s.labels["function"])
+                for s in series(body, "ray_accelerator_agent_errors_total")
+                if s.labels["kind"] == "unknown_metric"} == {
+            ("example", "unknown_metric", "example.fan.speed")}
         health = agent.json("/healthz")
         # sampling runs, but a lost device and a plug-in that cannot load do not answer
         assert health["status"] == "degraded"

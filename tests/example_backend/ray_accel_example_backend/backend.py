@@ -7,6 +7,7 @@ failure counted. Values use the catalog's names and base units.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 
@@ -85,6 +86,10 @@ class ExampleBackend(Backend):
             milliwatts = read(vendor.power_mw, index)
             if milliwatts is not None:
                 readings.append(Reading(m.POWER, milliwatts / 1000))
+            if os.environ.get("EXAMPLE_UNCATALOGUED"):
+                # A backend's mistake, for the tests: a metric the catalog lacks (the agent
+                # drops it and counts it in ray_accelerator_agent_errors_total).
+                readings.append(Reading("example.fan.speed", 3000.0))
         except _DeviceDown as down:
             return DeviceSample(device, up=False, taken_at=time.time(),
                                 errors={str(down): "device_lost"})
