@@ -9,7 +9,6 @@ transfer, reported by the agent once older than STALL_AFTER_S.
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from agent_process import AgentProcess
+from ray_workload import Driver
 
 from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
@@ -26,23 +26,17 @@ DRIVER = Path(__file__).resolve().parent.parent / "rdt_driver.py"
 STALL_AFTER_S = 3
 
 
-class RdtDriver:
+class RdtDriver(Driver):
     """The driver process: its actors' identities, and its commands on stdin."""
 
     def __init__(self, cluster: LocalRayCluster, out: Path, env: dict[str, str] | None = None):
-        self.out = out
-        self.process = subprocess.Popen(
+        super().__init__(subprocess.Popen(
             [sys.executable, str(DRIVER), "--address", cluster.gcs_address, "--out", str(out)],
             env={**cluster.env, **(env or {})}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True)
+            text=True), out)
         self.expect("rdt-ready", timeout=180)
-        self.identities = json.loads((out / "identities.json").read_text())
 
-    def send(self, line: str) -> None:
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
-    def expect(self, prefix: str, timeout: float = 120) -> str:
+    def expect(self, prefix: str, timeout: float = 120) -> str:  # type: ignore[override]
         """The driver's next line starting with `prefix`; an abort it did not expect fails."""
         deadline = time.monotonic() + timeout
         for line in self.process.stdout:
@@ -51,15 +45,6 @@ class RdtDriver:
             assert not line.startswith("stall-failed"), f"Ray aborted the transfer: {line}"
             assert time.monotonic() < deadline, f"driver did not say {prefix!r} in time"
         raise AssertionError(f"driver ended without saying {prefix!r}")
-
-    def stop(self) -> None:
-        if self.process.stdin and not self.process.stdin.closed:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture(scope="module")
