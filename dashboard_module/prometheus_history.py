@@ -33,6 +33,7 @@ from .history import History, memory_series
 HOST_VARIABLE = "RAY_PROMETHEUS_HOST"  # Ray's dashboard reads the same two
 HEADERS_VARIABLE = "RAY_PROMETHEUS_HEADERS"
 CLUSTER_VARIABLE = "RAY_ACCEL_PROMETHEUS_CLUSTER"
+TIMEOUT_VARIABLE = "RAY_ACCEL_PROMETHEUS_TIMEOUT_S"
 
 RANGES: dict[str, int] = {"1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "7d": 7 * 86400}
 DEFAULT_RANGE = "1h"
@@ -94,7 +95,21 @@ def settings_from_env(environ: Mapping[str, str], session_name: str = "",
     if not url:
         return None
     return PrometheusSettings(check_url(url), parse_headers(environ.get(HEADERS_VARIABLE, "{}")),
-                              session_name, environ.get(CLUSTER_VARIABLE, ""))
+                              session_name, environ.get(CLUSTER_VARIABLE, ""),
+                              _timeout(environ.get(TIMEOUT_VARIABLE, "")))
+
+
+def _timeout(text: str) -> float:
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0.1 <= seconds <= 60:
+        raise PrometheusConfigError(f"{TIMEOUT_VARIABLE} must be seconds between 0.1 and 60, "
+                                    f"got {text[:40]!r}")
+    return seconds
 
 
 def configured(environ: Mapping[str, str], session_name: str = "",

@@ -292,6 +292,13 @@ def test_unusable_settings_and_bad_requests_change_nothing():
     assert history is None and "RAY_PROMETHEUS_HEADERS must be" in error
     assert configured({}) == (None, "")
     assert configured({"RAY_PROMETHEUS_HOST": "p:9090"})[0] is None
+    slow, _ = configured({"RAY_PROMETHEUS_HOST": "http://p:9090/",
+                          "RAY_ACCEL_PROMETHEUS_TIMEOUT_S": "20",
+                          "RAY_ACCEL_PROMETHEUS_CLUSTER": "c1"}, session_name=THIS)
+    assert slow.settings == PrometheusSettings("http://p:9090", (), THIS, "c1", 20.0)
+    assert "RAY_ACCEL_PROMETHEUS_TIMEOUT_S must be seconds between 0.1 and 60, got 'soon'" in \
+        configured({"RAY_PROMETHEUS_HOST": "http://p:9090",
+                    "RAY_ACCEL_PROMETHEUS_TIMEOUT_S": "soon"})[1]
     api = _api(None, error=error)
     answers = asyncio.run(_get_all(api, {}, {"range": "2h"}, {"uuid": "GPU-1", "job_id": "01"},
                                    {"uuid": "GPU 1"}, {"node_id": NODE}))
