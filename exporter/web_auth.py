@@ -59,19 +59,11 @@ def cluster_token() -> str | None:
     """Ray's cluster token when Ray's token authentication is on here, else None.
 
     Found where Ray's own clients find it (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH,
-    ~/.ray/auth_token) through Ray's loader.
+    ~/.ray/auth_token), as Ray's loader does, without importing Ray.
     """
-    try:
-        from ray._private.authentication import authentication_utils as auth_utils
-        from ray._raylet import AuthenticationTokenLoader
+    from .attribution.ray_token import current_token
 
-        if auth_utils.is_token_auth_enabled():
-            header = AuthenticationTokenLoader.instance().get_token_for_http_header()
-            value = next(iter(header.values()), "") if header else ""
-            return value.partition(" ")[2].strip() or None
-    except Exception as error:  # Ray's loader missing or failing: no token found
-        log.debug("no Ray token: %s", error)
-    return None
+    return current_token()
 
 
 def auth_headers(token: str | None) -> dict[str, str]:

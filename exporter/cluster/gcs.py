@@ -1,27 +1,22 @@
 """The Ray cluster's GCS as the cluster tools use it: the node table and the key-value store.
 
-Like exporter/attribution/ray_sources.py, this never calls `ray.init()`: it
-talks gRPC to the GCS with Ray's token, every call with a timeout, and turns
-every failure into `RaySourceError`. (`ray._raylet.GcsClient` works with the
-token too, but its constructor blocks for 40 s when the GCS cannot be reached.)
+Like exporter/attribution/ray_sources.py, this never calls `ray.init()` nor
+imports Ray: it talks gRPC to the GCS with Ray's token and Ray's generated
+messages, every call with a timeout, and turns every failure into
+`RaySourceError`. (`ray._raylet.GcsClient` works with the token too, but its
+constructor blocks for 40 s when the GCS cannot be reached.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc
-
-from ..attribution.ray_sources import (
-    RaySourceError,
-    RaySources,
-    _enable_token_auth,
-    _explicit_address,
-    _GrpcEndpoint,
-)
-
-_ALIVE = gcs_pb2.GcsNodeInfo.GcsNodeState.ALIVE
-_KV = gcs_service_pb2_grpc.InternalKVGcsServiceStub
+from ..attribution.ray_addresses import explicit_address
+from ..attribution.ray_errors import RaySourceError
+from ..attribution.ray_generated import generated
+from ..attribution.ray_grpc import GrpcEndpoint
+from ..attribution.ray_sources import RaySources
+from ..attribution.ray_token import enable_if_token_available
 
 
 @dataclass(frozen=True)
@@ -42,7 +37,7 @@ def resolve_gcs_address(address: str | None) -> str:
     Raises `RayNotFound` when none is given and no Ray node runs here, or the
     address is malformed; `RaySourceError` when the local node's GCS does not answer.
     """
-    explicit = _explicit_address(address)
+    explicit = explicit_address(address)
     if explicit is not None:
         return explicit
     with RaySources.discover() as local:
@@ -54,22 +49,25 @@ class ClusterGcs:
 
     def __init__(self, address: str, timeout_s: float = 5.0) -> None:
         """`address` is host:port (see `resolve_gcs_address`); nothing connects until a call."""
-        _enable_token_auth()
+        enable_if_token_available()
         self.address = address
         self.timeout_s = timeout_s
-        self._endpoint = _GrpcEndpoint(address, "GCS")
+        self._endpoint = GrpcEndpoint(address, "GCS")
+        self._messages = generated("gcs_service_pb2")
+        self._kv = generated("gcs_service_pb2_grpc").InternalKVGcsServiceStub
 
     def nodes(self, alive_only: bool = False) -> list[ClusterNode]:
         """The nodes the GCS knows (dead ones too unless `alive_only`), head first."""
-        request = gcs_service_pb2.GetAllNodeInfoRequest()
+        alive = generated("gcs_pb2").GcsNodeInfo.GcsNodeState.ALIVE
+        request = self._messages.GetAllNodeInfoRequest()
         if alive_only:
-            request.state_filter = _ALIVE
-        reply = self._endpoint.call(gcs_service_pb2_grpc.NodeInfoGcsServiceStub,
+            request.state_filter = alive
+        reply = self._endpoint.call(generated("gcs_service_pb2_grpc").NodeInfoGcsServiceStub,
                                     "GetAllNodeInfo", request, self.timeout_s)
         nodes = [
             ClusterNode(node_id=n.node_id.hex(), node_ip=n.node_manager_address,
                         hostname=n.node_manager_hostname, is_head=n.is_head_node,
-                        alive=n.state == _ALIVE, session_dir=n.session_dir)
+                        alive=n.state == alive, session_dir=n.session_dir)
             for n in reply.node_info_list
         ]
         return sorted(nodes, key=lambda n: (not n.is_head, not n.alive, n.node_id))
@@ -83,36 +81,36 @@ class ClusterGcs:
 
     def kv_put(self, namespace: str, key: str, value: bytes) -> None:
         """Set `key` to `value`, replacing what was there."""
-        request = gcs_service_pb2.InternalKVPutRequest(
+        request = self._messages.InternalKVPutRequest(
             namespace=namespace.encode(), key=key.encode(), value=value, overwrite=True)
-        self._check(self._endpoint.call(_KV, "InternalKVPut", request, self.timeout_s), "put")
+        self._check(self._endpoint.call(self._kv, "InternalKVPut", request, self.timeout_s), "put")
 
     def kv_get(self, namespace: str, key: str) -> bytes | None:
         """The value of `key`, or None when it is not set."""
-        request = gcs_service_pb2.InternalKVGetRequest(namespace=namespace.encode(),
-                                                       key=key.encode())
-        reply = self._endpoint.call(_KV, "InternalKVGet", request, self.timeout_s)
+        request = self._messages.InternalKVGetRequest(namespace=namespace.encode(),
+                                                      key=key.encode())
+        reply = self._endpoint.call(self._kv, "InternalKVGet", request, self.timeout_s)
         return reply.value if reply.status.code == 0 else None
 
     def kv_delete(self, namespace: str, key: str) -> bool:
         """Delete `key`; True when it existed."""
-        request = gcs_service_pb2.InternalKVDelRequest(namespace=namespace.encode(),
-                                                       key=key.encode())
-        reply = self._endpoint.call(_KV, "InternalKVDel", request, self.timeout_s)
+        request = self._messages.InternalKVDelRequest(namespace=namespace.encode(),
+                                                      key=key.encode())
+        reply = self._endpoint.call(self._kv, "InternalKVDel", request, self.timeout_s)
         self._check(reply, "delete")
         return reply.deleted_num > 0
 
     def kv_items(self, namespace: str, prefix: str) -> dict[str, bytes]:
         """Every key starting with `prefix` and its value."""
-        keys_request = gcs_service_pb2.InternalKVKeysRequest(namespace=namespace.encode(),
-                                                             prefix=prefix.encode())
-        keys = self._endpoint.call(_KV, "InternalKVKeys", keys_request, self.timeout_s)
+        keys_request = self._messages.InternalKVKeysRequest(namespace=namespace.encode(),
+                                                            prefix=prefix.encode())
+        keys = self._endpoint.call(self._kv, "InternalKVKeys", keys_request, self.timeout_s)
         self._check(keys, "list keys")
         if not keys.results:
             return {}
-        request = gcs_service_pb2.InternalKVMultiGetRequest(namespace=namespace.encode(),
-                                                            keys=list(keys.results))
-        reply = self._endpoint.call(_KV, "InternalKVMultiGet", request, self.timeout_s)
+        request = self._messages.InternalKVMultiGetRequest(namespace=namespace.encode(),
+                                                           keys=list(keys.results))
+        reply = self._endpoint.call(self._kv, "InternalKVMultiGet", request, self.timeout_s)
         self._check(reply, "read")
         return {entry.key.decode(errors="replace"): entry.value for entry in reply.results}
 
