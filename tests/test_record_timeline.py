@@ -55,6 +55,18 @@ def test_a_jump_keeps_its_corners() -> None:
     assert all(abs(_at(signal, t) - v) < 1e-9 for t, v in points)
 
 
+def test_keyframes_stay_within_the_range_read() -> None:
+    # A whole-number reading that climbs to its ceiling between two samples and stays
+    # there: the fitted slope of the climb must not carry a keyframe past 100 (a scenario
+    # refuses 100.8 %); the climb's last samples are then fitted within two units.
+    points = [(t * 0.97, float(min(100, 60 + 7 * t))) for t in range(20)]
+    signal = gauge_signal(points)
+    assert max(v for _, v in signal["keyframes"]) == 100
+    assert min(v for _, v in signal["keyframes"]) == 60
+    assert all(abs(_at(signal, t) - v) <= 2.0 for t, v in points)
+    assert all(abs(_at(signal, t) - v) <= 1e-9 for t, v in points if v == 100)
+
+
 def test_step_signals_keep_every_change_only() -> None:
     points = [(float(t), 4.0 if 10 <= t < 25 else 0.0) for t in range(60)]
     signal = gauge_signal(points, step=True)

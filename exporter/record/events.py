@@ -68,15 +68,19 @@ def hang_rules(index: int, series: DeviceSeries, interval_s: float, end_s: float
         rules.append({"device": index,
                       "from_s": round(before[-1] + 0.001 if before else 0.0, 3),
                       "until_s": round(t, 3)})
+    kept = []
     for rule in rules:
         fresh_again = [u for u in series.up_times if u > rule["until_s"]]
         until = fresh_again[0] if fresh_again else end_s + 3600
         rule["seconds"] = round(until - rule["from_s"], 3)
         if fresh_again:
             rule["until_s"] = round(fresh_again[0] - interval_s / 2, 3)
+            if rule["until_s"] <= rule["from_s"]:
+                continue  # answered again within half a cycle of its last answer: late, not hung
         else:
             del rule["until_s"]
-    return [{"function": function, **rule} for rule in rules for function in hung_calls]
+        kept.append(rule)
+    return [{"function": function, **rule} for rule in kept for function in hung_calls]
 
 
 def xid_events(series: DeviceSeries) -> list[dict[str, Any]]:

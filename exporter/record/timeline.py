@@ -27,14 +27,25 @@ def _tolerance(values: Sequence[float], relative: float, absolute: float) -> flo
     return max(absolute, relative * max(abs(v) for v in values))
 
 
+def _segment_end(t0: float, v0: float, t: float, low: float, high: float,
+                 bounds: tuple[float, float]) -> float:
+    """Where a segment from (t0, v0) ends at t: on the middle of the slopes that fit its
+    points, moved (within those slopes) to stay inside `bounds`, the range ever read."""
+    end = v0 + (low + high) / 2 * (t - t0)
+    inside = min(max(end, bounds[0]), bounds[1])
+    return v0 + min(max((inside - v0) / (t - t0), low), high) * (t - t0)
+
+
 def _swinging_door(points: Sequence[Point], relative: float, absolute: float) -> list[Point]:
     """Keyframes of a polyline within max(`absolute`, `relative` x |value|) of every point.
 
     The swinging-door compression of process historians, in one pass: from each
     keyframe, the slopes that pass within tolerance of every later point narrow as
     points come; when none is left, the segment ends at the previous point, on the
-    middle slope.
+    middle slope (or the nearest one that keeps it within the values read: a GPU
+    busy at 100 % is never fitted at 100.02 %).
     """
+    bounds = (min(v for _, v in points), max(v for _, v in points))
     t0, v0 = points[0]
     kept = [(t0, v0)]
     low, high = -math.inf, math.inf
@@ -46,7 +57,7 @@ def _swinging_door(points: Sequence[Point], relative: float, absolute: float) ->
         new_low = max(low, (v - tolerance - v0) / (t - t0))
         new_high = min(high, (v + tolerance - v0) / (t - t0))
         if new_low > new_high:
-            v0 += (low + high) / 2 * (previous_t - t0)
+            v0 = _segment_end(t0, v0, previous_t, low, high, bounds)
             t0 = previous_t
             kept.append((t0, v0))
             new_low = (v - tolerance - v0) / (t - t0)
@@ -54,7 +65,7 @@ def _swinging_door(points: Sequence[Point], relative: float, absolute: float) ->
         low, high = new_low, new_high
         previous_t = t
     if previous_t > t0:
-        kept.append((previous_t, v0 + (low + high) / 2 * (previous_t - t0)))
+        kept.append((previous_t, _segment_end(t0, v0, previous_t, low, high, bounds)))
     return kept
 
 
@@ -82,6 +93,10 @@ def gauge_signal(points: Sequence[Point], *, step: bool = False, relative: float
         while len(frames) > MAX_KEYFRAMES:
             relative, absolute = relative * 2, max(absolute, tolerance) * 2
             frames = _swinging_door(points, relative, absolute)
+        # Where no slope that fits the points keeps a corner inside the range read (a
+        # climb that stops at 100 % between two samples), the range wins: the scenario
+        # would refuse 100.8 %, and the device never read it.
+        frames = [(t, min(max(v, min(values)), max(values))) for t, v in frames]
     frames = frames[-MAX_KEYFRAMES:]
     signal: dict[str, Any] = {"keyframes": [[round(t, 3), _number(v)] for t, v in frames]}
     if step:
