@@ -34,8 +34,11 @@ MAX_CYCLES = 6
 
 
 def backends_of(scenario: dict[str, Any]) -> list[str]:
-    """The backends reading the scenario's devices: "nvidia", "amd" or both."""
-    return sorted({vendor_of(device) for device in scenario["devices"]})
+    """The backends reading the scenario's devices: "nvidia", "amd", "gaudi"."""
+    found = {vendor_of(device) for device in scenario["devices"]}
+    if (scenario.get("gaudi") or {}).get("devices"):
+        found.add("gaudi")
+    return sorted(found)
 
 
 def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],

@@ -1,4 +1,5 @@
-"""Record each shipped NVIDIA and AMD scenario for a minute, replay it, compare every series.
+"""Record each shipped NVIDIA, AMD and Gaudi scenario for a minute, replay it, compare every
+series.
 
 Each scenario runs in its own process (tests/record_roundtrip.py), all at once,
 so the module takes about the minute of recording plus the comparisons.
@@ -38,7 +39,7 @@ from ray_accel.exporter.record.series import SLOW_VALUES_AGE
 from ray_accel.exporter.simulate import load_scenario
 
 SCENARIOS = ("hgx-h200", "l4-pcie", "a100-mig", "gpu-lost", "unsupported", "rtx-pro-6000",
-             "hgx-b200", "gb200-nvl72?tray=7", "mi300x-8", "mi355x-8", "mixed")
+             "hgx-b200", "gb200-nvl72?tray=7", "mi300x-8", "mi355x-8", "mixed", "gaudi2-8")
 DURATION_S = 64
 TIMES = (5.0, 21.0, 40.0, 62.0)
 HELPER = pathlib.Path(__file__).with_name("record_roundtrip.py")
@@ -151,7 +152,9 @@ def test_recorded_file_is_compact(round_trips: dict[str, dict]) -> None:
     # straight ramps take two. (Ramps of whole-number readings sampled on a busy CPU
     # take more, as the times the readings were taken at wander.)
     for source, trip in round_trips.items():
-        counts = sorted(_keyframe_counts(trip["scenario"]["devices"]))
+        scenario = trip["scenario"]
+        counts = sorted(_keyframe_counts([*scenario["devices"],
+                                          *scenario.get("gaudi", {}).get("devices", [])]))
         print(f"{source}: {len(counts)} signals, keyframes per signal median "
               f"{counts[len(counts) // 2] if counts else 0}, max {max(counts, default=0)}")
         assert max(counts, default=0) <= DURATION_S + 1, source

@@ -1,7 +1,7 @@
 """Identities in a recorded scenario, replaced by placeholders unless kept.
 
-- GPU UUIDs (NVIDIA GPU and MIG, AMD GPU and compute partition) and fabric
-  cluster UUIDs become UUIDs derived from a hash of the
+- GPU UUIDs (NVIDIA GPU and MIG, AMD GPU and compute partition, Gaudi card) and
+  fabric cluster UUIDs become UUIDs derived from a hash of the
   original: the same GPU or NVLink domain gets the same placeholder in every
   recording (so trays of one rack still share a domain), and a random UUID
   cannot be read back from it;
@@ -43,4 +43,8 @@ def scrub(scenario: dict[str, Any]) -> dict[str, Any]:
         fabric = device.get("fabric")
         if fabric and "cluster_uuid" in fabric:
             fabric["cluster_uuid"] = placeholder_uuid(fabric["cluster_uuid"])
+    for position, card in enumerate((scenario.get("gaudi") or {}).get("devices", [])):
+        card["uuid"] = placeholder_uuid(card["uuid"])
+        if "serial" in card:
+            card["serial"] = f"SERIAL-{position}"
     return scenario

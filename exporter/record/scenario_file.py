@@ -1,12 +1,13 @@
 """A recording -> a scenario document in the format of docs/simulation.md.
 
 NVIDIA GPUs (with their MIG devices) and AMD GPUs (with their compute
-partitions) are recorded, NVIDIA's first so that a device's position is its
-index for error rules of either vendor. Devices of the other families (Gaudi,
-TPU, Neuron) are not: the recording names them in `skipped`, and a node with
-nothing else is refused naming them. The document is checked with the
-simulator's own `load_scenario` before it is returned, so a file
-`ray-accel record` writes always replays.
+partitions) are recorded into `devices`, NVIDIA's first so that a device's
+position is its index for error rules of either vendor; Gaudi cards into the
+`gaudi` section. TPU and Neuron devices are not (their sections describe a
+workload, not what the devices answered): the recording names them in the
+description, and a node with nothing else is refused naming them. The
+document is checked with the simulator's own `load_scenario` before it is
+returned, so a file `ray-accel record` writes always replays.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..model import Device
 from ..simulate.scenario import load_scenario
-from . import amd, nvidia
+from . import amd, gaudi, nvidia
 from .events import busy_rules, error_rules, hang_rules, lost_at, xid_events
 from .history import Recording
 from .privacy import scrub
@@ -25,10 +26,11 @@ from .series import DeviceSeries
 from .vendors import VendorRecorder
 
 RECORDED_NAME = "recorded"
-RECORDERS: tuple[VendorRecorder, ...] = (nvidia.RECORDER, amd.RECORDER)
+RECORDERS: tuple[VendorRecorder, ...] = (nvidia.RECORDER, amd.RECORDER, gaudi.RECORDER)
 # Why the other families are not recorded: what their scenario sections lack.
-NOT_RECORDED = ("recording reads NVIDIA and AMD devices only; the scenario sections of "
-                "the other families are written by hand")
+NOT_RECORDED = ("recording reads NVIDIA, AMD and Gaudi devices only; the tpu and neuron "
+                "scenario sections describe a workload (libtpu's metrics, neuron-monitor's "
+                "runtimes), not the devices' answers, and are written by hand")
 
 
 class NothingRecorded(Exception):
@@ -99,6 +101,35 @@ def _numa(devices: Mapping[str, Device], uuids: list[str]) -> dict[str, int | No
             if devices[u].facts.get("numa_node", "").isdigit() else None for u in uuids}
 
 
+def _device_entry(recording: Recording, recorder: VendorRecorder, uuid: str,
+                  series: Mapping[str, DeviceSeries], kids: list[dict[str, Any]],
+                  numa: Mapping[str, int | None]) -> dict[str, Any]:
+    """One physical device's scenario entry, with its loss and XID events."""
+    device, one = recording.devices[uuid], series[uuid]
+    entry = recorder.device(device, one, recording.link_facts.get(uuid, {}),
+                            recording.interval_s, kids)
+    entry.update(recorder.peers(device, numa))
+    if (lost := lost_at(one)) is not None:
+        entry["lost_at_s"] = lost
+    if events := xid_events(one):
+        entry["xid_events"] = events
+    return entry
+
+
+def _section(recording: Recording, recorder: VendorRecorder,
+             series: Mapping[str, DeviceSeries], facts: Mapping[str, str]) -> dict[str, Any]:
+    """A family's own section: its versions, devices and error rules (by position in it)."""
+    uuids = _physical(recording, recorder)
+    section: dict[str, Any] = {**recorder.top_level(facts), "devices": [
+        _device_entry(recording, recorder, uuid, series, [], {}) for uuid in uuids]}
+    errors = [rule for index, uuid in enumerate(uuids)
+              for rule in error_rules(index, series[uuid], recording.interval_s,
+                                      recorder.call_prefix, recorder.absent_kinds)]
+    if errors:
+        section["errors"] = errors
+    return section
+
+
 def build_scenario(recording: Recording, *, keep_identities: bool = False,
                    call_costs: Mapping[str, list[float]] | None = None,
                    name: str = RECORDED_NAME) -> dict[str, Any]:
@@ -120,22 +151,20 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
     errors: list[dict[str, Any]] = []
     delays: list[dict[str, Any]] = []
     versions: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
     for recorder in RECORDERS:
         facts = next((b.facts for b in recording.backends if b.vendor == recorder.vendor), {})
-        if physical[recorder.vendor]:
-            versions.update(recorder.top_level(facts))
+        if not physical[recorder.vendor]:
+            continue
+        if recorder.section is not None:
+            sections[recorder.section] = _section(recording, recorder, series, facts)
+            continue
+        versions.update(recorder.top_level(facts))
         for uuid in physical[recorder.vendor]:
-            index, device, one = len(devices), recording.devices[uuid], series[uuid]
+            index, one = len(devices), series[uuid]
             kids = [recorder.child(recording.devices[c], series[c], interval)
                     for c in children[uuid]]
-            scenario_device = recorder.device(device, one, recording.link_facts.get(uuid, {}),
-                                              interval, kids)
-            scenario_device.update(recorder.peers(device, numa))
-            if (lost := lost_at(one)) is not None:
-                scenario_device["lost_at_s"] = lost
-            if events := xid_events(one):
-                scenario_device["xid_events"] = events
-            devices.append(scenario_device)
+            devices.append(_device_entry(recording, recorder, uuid, series, kids, numa))
             errors += error_rules(index, one, interval, recorder.call_prefix,
                                   recorder.absent_kinds)
             delays += hang_rules(index, one, interval, end_s, recorder.hung_calls)
@@ -145,7 +174,7 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
     if skipped:
         description += f" Not recorded: {describe_skipped(skipped)}."
     document: dict[str, Any] = {"name": name, "description": description, **versions,
-                                "devices": devices}
+                                "devices": devices, **sections}
     if errors:
         document["errors"] = errors
     if delays:

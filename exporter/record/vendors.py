@@ -36,6 +36,9 @@ class VendorRecorder:
     call_prefix: str  # the vendor library's function names: what error rules may name
     absent_kinds: frozenset[str]  # failure kinds that are an absent key, not a fault
     hung_calls: tuple[str, ...]  # the sampling calls a stale device's replay hangs
+    # the family's own scenario section ("gaudi"), holding its devices, errors and versions;
+    # None: its devices are the scenario's `devices`, its versions top-level keys
+    section: str | None = None
 
     def identified(self, device: Device) -> bool:
         """A physical device whose discovery finished (not a placeholder of one that had not)."""
