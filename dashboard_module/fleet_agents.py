@@ -27,6 +27,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +41,15 @@ RACK_SIZE = 16
 NODE_POOLS = ("h200-train", "h200-serve", "h200-batch")
 
 
-def template_document(scenario: str = "hgx-h200") -> dict[str, Any]:
-    """One snapshot document of a simulated node, as its agent serves it."""
+def _all_answering(doc: dict[str, Any]) -> bool:
+    return bool(doc["devices"]) and all(d["up"] and not d["stale"] and d["links"]
+                                        for d in doc["devices"])
+
+
+def template_document(scenario: str = "hgx-h200", timeout_s: float = 120.0) -> dict[str, Any]:
+    """One snapshot document of a simulated node, as its agent serves it, taken once every
+    device answers (on a loaded machine a cycle can find one late, and copies of it would
+    all have it down)."""
     from ..exporter.backends.nvidia import NvidiaBackend
     from ..exporter.sampler import Sampler
     from ..exporter.simulate import SimulatedHardware
@@ -51,10 +59,17 @@ def template_document(scenario: str = "hgx-h200") -> dict[str, Any]:
     hardware = SimulatedHardware.start(scenario)
     hardware.activate()
     sampler = Sampler([NvidiaBackend()], SnapshotStore(), interval_s=1.0)
-    sampler.run_cycle()
-    snapshot = sampler.run_cycle()
-    sampler.stop()
-    return json.loads(json.dumps(snapshot_document(snapshot)))
+    deadline = time.monotonic() + timeout_s
+    try:
+        sampler.run_cycle()
+        while True:
+            doc = json.loads(json.dumps(snapshot_document(sampler.run_cycle())))
+            if _all_answering(doc):
+                return doc
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{scenario}: not every device answered within {timeout_s} s")
+    finally:
+        sampler.stop()
 
 
 def with_device_down(template: dict[str, Any], position: int) -> dict[str, Any]:
@@ -106,7 +121,8 @@ class FleetShape:
 
 
 class FleetMembers:
-    """Every node's summary (kept up to date as generations change) and snapshot text."""
+    """Every node's summary (made when first asked for, so that making 10,000 overlaps the
+    head's first round; remade as generations change) and snapshot text."""
 
     def __init__(self, template: dict[str, Any], nodes: int, shape: FleetShape) -> None:
         self.shape = shape
@@ -114,7 +130,7 @@ class FleetMembers:
         count = len(template.get("devices", ()))
         self._down = [Fleet(with_device_down(template, p)) for p in range(count)]
         self.generation = [0] * nodes
-        self.summaries = [self._summary(n) for n in range(nodes)]
+        self._summaries: list[tuple[bytes, str] | None] = [None] * nodes
 
     def _fleet(self, number: int) -> Fleet:
         if self.shape.has_down_device(number) and self._down:
@@ -125,9 +141,15 @@ class FleetMembers:
         body, etag = self._fleet(number).summary(number, self.generation[number])
         return _spread_summary(body, number) if self.shape.spread else (body, etag)
 
+    def summary(self, number: int) -> tuple[bytes, str]:
+        found = self._summaries[number]
+        if found is None:
+            found = self._summaries[number] = self._summary(number)
+        return found
+
     def change(self, number: int) -> None:
         self.generation[number] += 1
-        self.summaries[number] = self._summary(number)
+        self._summaries[number] = None
 
     def snapshot(self, number: int) -> bytes:
         return self._fleet(number).text(number).encode()
@@ -145,8 +167,8 @@ async def serve(nodes: int, change: float, shape: FleetShape, refresh_s: float =
             for n in rng.sample(range(nodes), int(nodes * change)):
                 members.change(n)
 
-    async with FleetServer(members.snapshot, lambda n: members.summaries[n]) as server:
-        print(json.dumps({"url": server.url, "summary_bytes": len(members.summaries[0][0]),
+    async with FleetServer(members.snapshot, members.summary) as server:
+        print(json.dumps({"url": server.url, "summary_bytes": len(members.summary(0)[0]),
                           "snapshot_bytes": len(members.snapshot(0))}), flush=True)
         changing = asyncio.ensure_future(churn())
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)

@@ -97,7 +97,9 @@ class DashboardThread:
 
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[FleetProcess]:
+    started = time.monotonic()
     with FleetProcess(NODES, shape=SHAPE) as agents:
+        print(f"fleet of {NODES} agents serving after {time.monotonic() - started:.1f} s")
         yield agents
 
 
@@ -106,7 +108,7 @@ def dashboard(fleet) -> Iterator[DashboardThread]:
     head = DashboardThread(fleet)
     head.start()
     try:
-        head.wait_for_round(ROUND_WAIT_S)
+        print(f"first round in after {head.wait_for_round(ROUND_WAIT_S):.1f} s")
         yield head
     finally:
         head.close()

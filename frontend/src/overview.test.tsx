@@ -7,7 +7,7 @@ import { HEALTH_COLORS } from "./format";
 import {
   HOT_CELSIUS, attentionRank, decodeColumns, focusCounts, overviewGroups, type HeatColumns,
 } from "./overview";
-import { MIN_CELL, hitTest, layoutOverview } from "./overviewLayout";
+import { MAX_CELL, MIN_CELL, READABLE_CELL, hitTest, layoutOverview } from "./overviewLayout";
 import { Devices } from "./views/Cluster";
 
 afterEach(cleanup);
@@ -124,7 +124,7 @@ describe("the canvas layout", () => {
   it("uses big cells and a header per group for a few nodes, and finds what is clicked", () => {
     const groups = overviewGroups(fleet.slice(0, 3), "rack", "all");
     const layout = layoutOverview(groups, 1400, 700);
-    expect(layout.cell).toBe(16);
+    expect(layout.cell).toBe(MAX_CELL);
     expect(layout.headers).toHaveLength(1);
     const tile = layout.tiles[1];
     const hit = hitTest(layout, tile.x + 2 * (layout.cell + layout.inner) + 1, tile.y + 1);
@@ -132,6 +132,14 @@ describe("the canvas layout", () => {
     expect(hit?.kind === "cell" && hit.tile.node.node.node_id).toBe(tile.node.node.node_id);
     expect(hitTest(layout, 3, layout.headers[0].y + 3)).toEqual({ kind: "header", group: 0 });
     expect(hitTest(layout, 1399, layout.height - 1)).toBeNull();
+  });
+  it("drops the headers of 20 racks rather than shrink their cells below readable", () => {
+    const groups = overviewGroups(fleet.slice(0, 320), "rack", "all");
+    const layout = layoutOverview(groups, 1400, 620);
+    expect(groups).toHaveLength(20);
+    expect(layout.headers).toHaveLength(0);
+    expect(layout.cell).toBeGreaterThanOrEqual(READABLE_CELL);
+    expect(layout.cells).toBe(2560);
   });
   it("paints down red in every mode and never reuses a health colour for a value", () => {
     const down = cell(0, { health: "down", util: null });

@@ -180,6 +180,11 @@ export function overviewGroups(nodes: HeatNode[], by: GroupBy, focus: Focus | "a
   return groups.map(({ ranks: _ranks, ...group }) => group);
 }
 
+// "1 node", "2 nodes", "10,000 devices".
+export function counted(count: number, noun: string): string {
+  return `${count.toLocaleString("en-US")} ${noun}${count === 1 ? "" : "s"}`;
+}
+
 // Devices of each focus over the whole cluster (for the filter's counts).
 export function focusCounts(nodes: HeatNode[]): Record<Focus | "all", number> {
   const counts = { all: 0, ...Object.fromEntries(FOCUSES.map((f) => [f, 0])) } as

@@ -1,13 +1,15 @@
 // Where every device of the overview goes on its canvas: one strip of cells per node,
 // strips flowing left to right in the order, groups one after another. With few groups
-// each has a header line; with many, groups are told apart by a gap (and named on hover),
-// so that 10,000 nodes in 625 racks still fit on one screen.
+// each has a header line (unless the headers would shrink the cells below READABLE_CELL);
+// otherwise groups are told apart by a gap (and named on hover), so that 10,000 nodes in
+// 625 racks still fit on one screen.
 import type { Group, OverviewNode } from "./overview";
 
-export const MAX_CELL = 16;
+export const MAX_CELL = 24;
 export const MIN_CELL = 2;
 export const HEADER_HEIGHT = 18;
 export const MAX_HEADED_GROUPS = 24;
+export const READABLE_CELL = 8;
 const NODE_GAP = 2; // between two nodes' strips, and between lines
 const GROUP_GAP = 8; // between two groups in the flow
 
@@ -58,17 +60,21 @@ function place(groups: Group[], width: number, cell: number, headed: boolean): L
 
 // The largest cells (MIN_CELL to MAX_CELL pixels) with which everything fits in
 // `maxHeight`; the smallest when nothing does (the overview then grows taller).
-export function layoutOverview(groups: Group[], width: number, maxHeight: number): Layout {
-  const headed = groups.length <= MAX_HEADED_GROUPS;
-  let found = place(groups, width, MIN_CELL, headed);
+function fit(groups: Group[], width: number, maxHeight: number, headed: boolean): Layout {
   for (let cell = MAX_CELL; cell > MIN_CELL; cell -= 1) {
     const layout = place(groups, width, cell, headed);
-    if (layout.height <= maxHeight) {
-      found = layout;
-      break;
-    }
+    if (layout.height <= maxHeight) return layout;
   }
-  return found;
+  return place(groups, width, MIN_CELL, headed);
+}
+
+// The overview's layout: with headers where there are few groups and the cells stay
+// readable with them (or as big as without), else without.
+export function layoutOverview(groups: Group[], width: number, maxHeight: number): Layout {
+  const flow = fit(groups, width, maxHeight, false);
+  if (groups.length > MAX_HEADED_GROUPS) return flow;
+  const headed = fit(groups, width, maxHeight, true);
+  return headed.cell >= Math.min(flow.cell, READABLE_CELL) ? headed : flow;
 }
 
 export type Hit =

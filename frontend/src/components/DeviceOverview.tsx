@@ -5,7 +5,7 @@ import { useEffect, useMemo, useRef, useState } from "react";
 import { Box } from "@mui/material";
 import type { HeatCell } from "../api";
 import { HEALTH_COLORS, heatColor } from "../format";
-import type { Group } from "../overview";
+import { counted, type Group } from "../overview";
 import { HEADER_HEIGHT, hitTest, layoutOverview, type Layout } from "../overviewLayout";
 import { SPINNING_COLOR } from "./Activity";
 import { cellTitle, type HeatMetric } from "./Heatmap";
@@ -35,8 +35,7 @@ function hatch(ctx: CanvasRenderingContext2D): CanvasPattern | string {
 }
 
 function headerText(group: Group): string {
-  const parts = [`${group.nodes.length} node${group.nodes.length === 1 ? "" : "s"}`,
-                 `${group.devices} devices`];
+  const parts = [counted(group.nodes.length, "node"), counted(group.devices, "device")];
   if (group.counts.down) parts.push(`${group.counts.down} down`);
   if (group.counts.spinning) parts.push(`${group.counts.spinning} spinning`);
   if (group.counts.idle) parts.push(`${group.counts.idle} idle`);
@@ -114,6 +113,8 @@ export function DeviceOverview({ groups, metric, onOpenNode, onOpenGroup, maxHei
     if (canvas.current) draw(canvas.current, layout, groups, metric);
   }, [layout, groups, metric]);
   const ratio = typeof window !== "undefined" ? window.devicePixelRatio || 1 : 1;
+  const first = layout.tiles[0]; // where the first device is (for tests and tools)
+  const firstCell = first ? `${first.x + layout.cell / 2},${first.y + layout.cell / 2}` : "";
 
   const at = (event: React.MouseEvent<HTMLCanvasElement>) => {
     const rect = event.currentTarget.getBoundingClientRect();
@@ -140,7 +141,7 @@ export function DeviceOverview({ groups, metric, onOpenNode, onOpenGroup, maxHei
   };
   return (
     <Box ref={box} data-testid="overview" data-cells={layout.cells} data-nodes={layout.tiles.length}
-      data-groups={groups.length} data-cell-px={layout.cell}
+      data-groups={groups.length} data-cell-px={layout.cell} data-first-cell={firstCell}
       sx={{ position: "relative", width: "100%", minHeight: 24 }}>
       <canvas ref={canvas} data-testid="overview-canvas" aria-label={
         `${layout.cells} devices on ${layout.tiles.length} nodes`}

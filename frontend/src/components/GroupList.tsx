@@ -4,7 +4,7 @@ import { useRef } from "react";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import { Box, Chip, Stack, Typography } from "@mui/material";
 import { HEALTH_COLORS } from "../format";
-import { FOCUSES, FOCUS_NAMES, type Focus, type Group } from "../overview";
+import { FOCUSES, FOCUS_NAMES, counted, type Focus, type Group } from "../overview";
 import { SPINNING_COLOR } from "./Activity";
 
 const ROW = 30;
@@ -41,7 +41,7 @@ export function GroupList({ groups, selected, onOpen, height = 280 }: {
               <Typography variant="body2" sx={{ minWidth: 220, overflow: "hidden",
                 textOverflow: "ellipsis", whiteSpace: "nowrap" }}>{group.label}</Typography>
               <Typography variant="caption" color="text.secondary" sx={{ minWidth: 140 }}>
-                {group.nodes.length} nodes · {group.devices} devices
+                {counted(group.nodes.length, "node")} · {counted(group.devices, "device")}
               </Typography>
               {FOCUSES.filter((f) => group.counts[f] > 0).map((f) => (
                 <Chip key={f} size="small" variant="outlined" label={`${group.counts[f]} ${FOCUS_NAMES[f].toLowerCase()}`}

@@ -15,7 +15,8 @@ import { HeatLegend } from "../components/Legend";
 import { Sparkline } from "../components/Sparkline";
 import { MEMORY_AS_RAY_SHOWS_IT, bytes, percent, watts } from "../format";
 import {
-  FOCUSES, FOCUS_NAMES, GROUP_NAMES, decodeColumns, focusCounts, groupLabel, overviewGroups,
+  FOCUSES, FOCUS_NAMES, GROUP_NAMES, counted, decodeColumns, focusCounts, groupLabel,
+  overviewGroups,
   type Focus, type GroupBy, type HeatColumns,
 } from "../overview";
 
@@ -167,9 +168,9 @@ export function Devices({ columns, metric }: { columns: HeatColumns; metric: Hea
       <Stack direction="row" spacing={1} alignItems="center">
         <Typography variant="body2" data-testid="overview-count" data-shown={shown}
           data-total={counts.all} data-nodes={shownNodes}>
-          {shown.toLocaleString("en-US")} of {counts.all.toLocaleString("en-US")} devices
-          {" "}on {shownNodes.toLocaleString("en-US")} nodes
-          {by !== "none" && group === null ? ` in ${groups.length.toLocaleString("en-US")} groups` : ""}
+          {shown.toLocaleString("en-US")} of {counted(counts.all, "device")}
+          {" "}on {counted(shownNodes, "node")}
+          {by !== "none" && group === null ? ` in ${counted(groups.length, "group")}` : ""}
           {" "}· most in need of attention first (down, spinning, idle, hot, stale, warning)
         </Typography>
         {group !== null && (
