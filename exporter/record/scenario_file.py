@@ -3,9 +3,9 @@
 NVIDIA GPUs (with their MIG devices) and AMD GPUs (with their compute
 partitions) are recorded into `devices`, NVIDIA's first so that a device's
 position is its index for error rules of either vendor; Gaudi cards into the
-`gaudi` section. TPU and Neuron devices are not (their sections describe a
-workload, not what the devices answered): the recording names them in the
-description, and a node with nothing else is refused naming them. The
+`gaudi` section. TPU and Neuron devices are not recorded yet: the recording
+names them in the description, and a node with nothing else is refused
+naming them. The
 document is checked with the simulator's own `load_scenario` before it is
 returned, so a file `ray-accel record` writes always replays.
 """
@@ -27,10 +27,9 @@ from .vendors import VendorRecorder
 
 RECORDED_NAME = "recorded"
 RECORDERS: tuple[VendorRecorder, ...] = (nvidia.RECORDER, amd.RECORDER, gaudi.RECORDER)
-# Why the other families are not recorded: what their scenario sections lack.
-NOT_RECORDED = ("recording reads NVIDIA, AMD and Gaudi devices only; the tpu and neuron "
-                "scenario sections describe a workload (libtpu's metrics, neuron-monitor's "
-                "runtimes), not the devices' answers, and are written by hand")
+# What a node of the families not recorded yet is told.
+NOT_RECORDED = ("recording reads NVIDIA, AMD and Gaudi devices only so far; write a tpu or "
+                "neuron scenario section by hand (docs/simulation.md)")
 
 
 class NothingRecorded(Exception):
