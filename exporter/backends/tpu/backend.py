@@ -24,17 +24,23 @@ import time
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...model import Device, DeviceSample, ProcessSample
 from ..base import Backend, BackendAbsent
-from . import probes
 from .chips import Chip, dev_dir, find_chips, model_from_type
 from .device_plugin import PluginUnavailable, fetch, parse, plugin_address
 from .latency import LatencyWindow
 from .processes import holders, pids_of
-from .runtime import RuntimeCalls, ServiceDown, runtime_ports
 from .shared import PerCycle
 from .slice_info import slice_facts
+
+if TYPE_CHECKING:
+    from . import probes
+    from .runtime import RuntimeCalls
+
+# The runtime metric service's client (grpcio, protobuf: about 10 MiB resident) is
+# imported once chips are found, so a host without TPUs never holds it.
 
 _UUID_NAMESPACE = uuidlib.UUID("6f1d3a52-7c43-4f0e-9a55-1d1b2a0c7e11")
 
@@ -86,6 +92,8 @@ class TpuBackend(Backend):
             device = Device(self.vendor, str(chip.index), chip_uuid(host, chip),
                             chip.model or type_model or "TPU", chip.pci_bus_id, facts=facts)
             self._tracked[device.uuid] = _Tracked(device, chip)
+        from .runtime import RuntimeCalls, runtime_ports
+
         if self._calls is not None:
             self._calls.close()
         self._calls = RuntimeCalls(runtime_ports(), self.errors)
@@ -100,6 +108,8 @@ class TpuBackend(Backend):
         return dict(self._facts)
 
     def sample(self, device: Device) -> DeviceSample:
+        from . import probes
+
         started, taken_at = time.monotonic(), time.time()
         tracked = self._tracked[device.uuid]
         if not os.path.exists(tracked.chip.path):
@@ -125,6 +135,9 @@ class TpuBackend(Backend):
     # -- one cycle, all chips ------------------------------------------------------
 
     def _read_all(self) -> probes.Readout:
+        from . import probes
+        from .runtime import ServiceDown
+
         readout = probes.Readout()
         calls = self._calls
         if calls is None:
@@ -142,6 +155,8 @@ class TpuBackend(Backend):
         return readout
 
     def _read_plugin(self, readout: probes.Readout) -> None:
+        from . import probes
+
         try:
             plugin = parse(fetch(self._plugin))
         except PluginUnavailable:
