@@ -41,6 +41,8 @@ DEFAULT_MAX_POINTS = 300
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_RETRY_AFTER_S = 10.0
 MAX_CACHE_S = 30.0
+LOOKBACK_S = 300  # Prometheus' default query.lookback-delta
+MAX_SCRAPE_INTERVAL_S = 60  # the longest scrape interval the grid allows for
 MAX_CACHED = 512
 MAX_ANSWER_BYTES = 16 * 2**20
 # Queries in flight to Prometheus at once, whatever the number of tabs open.
@@ -146,9 +148,22 @@ def _filters(settings: PrometheusSettings) -> tuple[str, ...]:
     return expand(SESSION_FILTER, values), expand(CLUSTER_FILTER, values)
 
 
-def scope_queries(scope: Scope, filters: Sequence[str]) -> dict[str, str]:
-    """PromQL per series name of `scope`; a name ending in `/uuid` is one series per device."""
+def scope_queries(scope: Scope, filters: Sequence[str], step_s: int = 1) -> dict[str, str]:
+    """PromQL per series name of `scope`; a name ending in `/uuid` is one series per device.
+
+    The last point lies up to a step after the request; where that can be beyond
+    Prometheus' lookback from the latest scrape (steps of 4 minutes and more: 24 h, 7 d),
+    each series reads its latest sample within the step and the lookback
+    (`last_over_time`), so that it holds the current values and no point falls between
+    two scrapes.
+    """
     sel = selector(*filters)
+    if step_s > LOOKBACK_S - MAX_SCRAPE_INTERVAL_S:
+        plain = sel
+
+        def sel(name: str, *extra: str) -> str:
+            return f"last_over_time({plain(name, *extra)}[{step_s + LOOKBACK_S}s])"
+
     general = eq("task", m.TASK_GENERAL)
     if scope.kind == "cluster":
         devices = f"count({sel(m.DEVICE_UP)})"
@@ -183,8 +198,9 @@ def scope_queries(scope: Scope, filters: Sequence[str]) -> dict[str, str]:
 
 def _per_device(sel: Callable[..., str], matcher: str, aggregate: str) -> dict[str, str]:
     """A device's series among those `matcher` selects; `aggregate` keeps one per device."""
+    general = eq("task", m.TASK_GENERAL)
     return {
-        "utilization": f"{aggregate}({sel(m.GPU_UTILIZATION, eq('task', 'general'), matcher)})",
+        "utilization": f"{aggregate}({sel(m.GPU_UTILIZATION, general, matcher)})",
         "memory_used_bytes": f"{aggregate}({sel(m.MEMORY_USAGE, matcher)})",
         "power_watts": f"{aggregate}({sel(m.POWER, matcher)})",
     }
@@ -223,7 +239,7 @@ class PrometheusHistory:
         Raises PrometheusError when any query fails: a partial answer is not shown as whole.
         """
         start, end, step = self.grid(range_name, time.time() if now is None else now)
-        queries = scope_queries(scope, self.filters)
+        queries = scope_queries(scope, self.filters, step)
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
         try:
             async with asyncio.timeout(self.settings.timeout_s), aiohttp.ClientSession(

@@ -93,9 +93,9 @@ def _latest(samples: list[list], at_s: float) -> float | None:
 
 
 def _history(prom: PrometheusServer, session: str = THIS, cluster: str = CLUSTER,
-             timeout_s: float = 5.0) -> PrometheusHistory:
+             timeout_s: float = 5.0, points: int = POINTS) -> PrometheusHistory:
     return PrometheusHistory(PrometheusSettings(prom.url, session_name=session, cluster=cluster,
-                                                timeout_s=timeout_s), max_points=POINTS)
+                                                timeout_s=timeout_s), max_points=points)
 
 
 def _api(prometheus: PrometheusHistory | None, agent: AgentProcess | None = None,
@@ -205,6 +205,23 @@ def test_series_are_scoped_to_the_session_and_cluster(prometheus):
     assert this["devices_down"][-1] == 0.0  # every device up, and devices are reporting
     assert set(elsewhere["power_watts"]) == {None}
     assert set(elsewhere["devices_down"]) == {None}  # no devices: no count, not zero
+
+
+@pytest.mark.parametrize("range_name,step", [("24h", 288), ("7d", 2016)])
+def test_long_ranges_end_with_the_current_values(agents, prometheus, range_name, step):
+    uuid = agents[0].json("/api/v1/snapshot")["devices"][3]["uuid"]
+    asked_at = time.time()
+    week = asyncio.run(_history(prometheus, points=300).series(Scope("device", uuid),
+                                                               range_name))
+    answered_at = time.time()
+    assert week["step_s"] == step and asked_at <= week["timestamps"][-1] < asked_at + step
+    # the scrapes began less than a step ago: only the last two points can hold them (the
+    # one before when a whole step began since), and the last one does
+    assert set(week["utilization"][:-2]) == {None} and week["utilization"][-1] is not None
+    (stored,) = _raw(prometheus, f'{metric(m.GPU_UTILIZATION)}{{SessionName="{THIS}",'
+                                 f'task="general",uuid="{uuid}"}}', at=answered_at + 1)
+    recent = {float(v) for t, v in stored["values"] if asked_at - 5 <= float(t) <= answered_at}
+    assert week["utilization"][-1] in recent
 
 
 def test_a_job_without_allocations_has_no_values_and_valid_queries(prometheus):
