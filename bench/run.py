@@ -23,7 +23,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pynvml
-from agent_footprint import cpu_share, memory_under_churn
+from agent_footprint import agent_process, footprint_sections, footprint_targets
 from gpm_cost import driver_share_lines, gpm_lines, without_driver_cost, without_gpm
 from nvml_calls import NvmlCallLog
 
@@ -189,12 +189,6 @@ def scrape(results: dict, template: NodeSnapshot) -> None:
     }
 
 
-def agent_process(results: dict, hardware: SimulatedHardware, cycles: int) -> None:
-    """The agent process's memory under churn and its CPU share at the default interval."""
-    results["footprint"] = memory_under_churn(hardware, cycles)
-    results["cpu_share"] = cpu_share(hardware)
-
-
 AGGREGATION_SIZES = (10, 100, 1000, 10_000)
 # The collector that pulled every full snapshot each round (bench/aggregation.py before
 # the summaries): nodes -> (round, memory held, summary p99 while rounds ran).
@@ -235,16 +229,14 @@ def slow_clients_lines(r: dict) -> list[str]:
 
 def targets(results: dict) -> list[str]:
     """One line per target of the benchmark plan: met or missed, with the figures."""
-    c, s, f = results["collection"], results["scrape"], results["footprint"]
+    c, s = results["collection"], results["scrape"]
     ten_k = next(statistics.median(t) for series, t, _, _ in s["rows"] if series >= 10_000)
-    growth = f["marks"][-1][1] - f["marks"][0][1]
     largest = results["aggregation"][-1]
     checks = [
         *collection_checks(c),
         (ten_k < 0.05, f"10k-series scrape under 50 ms: {ten_k * 1e3:.0f} ms uncached; a "
          "repeated scrape within one cycle is served from the cache"),
-        (growth < 1.0, f"flat memory under churn: {growth:+.1f} MiB from cycle "
-         f"{f['marks'][0][0]:,} to {f['marks'][-1][0]:,}"),
+        *footprint_targets(results),
         *aggregation_targets(largest),
     ]
     return [_target_line(ok, text) for ok, text in checks]
@@ -439,7 +431,7 @@ def real_gpu_report(results: dict) -> str:
 
 
 def report(results: dict) -> str:
-    s, f = results["scrape"], results["footprint"]
+    s = results["scrape"]
     lines = [
         "# Benchmarks",
         "",
@@ -472,27 +464,7 @@ def report(results: dict) -> str:
         f"device and agent series, {s['process_series']} per-process series and "
         f"{s['link_series']} per-link series (18 NVLinks and the PCIe link per GPU).",
         "",
-        "## 3. Agent footprint",
-        "",
-        f"`ray-accel agent` as a process on the simulated node at a {f['interval_s']:g} s "
-        f"interval, its resident memory read from /proc: {f['start']:.0f} MiB once serving. "
-        f"Then {f['cycles']:,} cycles, with every GPU process replaced every 50 cycles (from "
-        "outside, as short tasks come and go) and `/metrics` scraped every 10 cycles:",
-        "",
-        "| after cycle | resident memory |",
-        "|---|---|",
-        *(f"| {cycle:,} | {rss:.1f} MiB |" for cycle, rss in f["marks"]),
-        "",
-        f"Growth from the first mark to the last: {f['marks'][-1][1] - f['marks'][0][1]:+.1f} "
-        "MiB.",
-        "",
-        "## 4. Sampling interval",
-        "",
-        f"The agent process at the default 1 s interval, scraped every 15 s, used "
-        f"{results['cpu_share'] * 100:.2f}% of one core over a minute (all threads, HTTP "
-        f"included). The cost scales with the rate of cycles, so staying under 1% of a "
-        f"core allows an interval down to about {results['cpu_share'] / 0.01:.2f} s.",
-        "",
+        *footprint_sections(results),
         "## 5. Cluster aggregation",
         "",
         "The dashboard module (collector and API, through the standalone dashboard's HTTP",
