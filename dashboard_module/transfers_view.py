@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..exporter.node_transfers import is_empty
+from ..exporter.node_transfers import EMPTY, is_empty
 
 STALLED, ABORTED = "transfer_stalled", "transfer_aborted"
 FINDING_KINDS = (STALLED, ABORTED)
@@ -246,8 +246,8 @@ def build_transfers(nodes: Mapping[str, NodeLike], units: Mapping[str, dict[str,
     """The cluster's transfers from every node's compact transfers (node.data["transfers"]);
     `units` are the round's workload units (aggregate.py), for the ends' devices."""
     reporting = sorted(((node, compact) for node in nodes.values()
-                        if node.data and (compact := node.data.get("transfers"))
-                        and not is_empty(compact)), key=lambda r: r[0].node_id)
+                        if node.data and (compact := node.data.get("transfers", EMPTY))
+                        is not EMPTY and not is_empty(compact)), key=lambda r: r[0].node_id)
     if not reporting:
         return TransfersView(generated_at=now)
     actor_ids = {end["actor_id"] for _, compact in reporting
