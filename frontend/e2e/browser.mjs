@@ -7,7 +7,7 @@
 import { mkdirSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { check, checks, openBrowser } from "./harness.mjs";
+import { check, checks, failed, openBrowser } from "./harness.mjs";
 
 const base = process.env.BASE_URL;
 const token = process.env.TOKEN;
@@ -118,9 +118,7 @@ try {
   await page.screenshot({ path: join(shots, "findings.png"), fullPage: true });
   console.log(`browser: ${checks.passed} checks passed; screenshots in ${shots}`);
 } catch (error) {
-  await page.screenshot({ path: join(shots, "failure.png"), fullPage: true }).catch(() => {});
-  console.error(`browser: ${error.message} (after ${checks.passed} checks; see ${shots}/failure.png)`);
-  process.exitCode = 1;
+  await failed("browser", page, shots, error);
 } finally {
   await context.close();
 }

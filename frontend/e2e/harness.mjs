@@ -24,3 +24,10 @@ export async function openBrowser({ width = 1440, height = 900 } = {}) {
   });
   return { context, page: await context.newPage() };
 }
+
+// A failed run: a screenshot of the page as it was, the reason, and a failing exit status.
+export async function failed(name, page, shots, error) {
+  await page.screenshot({ path: join(shots, "failure.png"), fullPage: true }).catch(() => {});
+  console.error(`${name}: ${error.message} (after ${checks.passed} checks; see ${shots}/failure.png)`);
+  process.exitCode = 1;
+}

@@ -7,7 +7,7 @@
 import { mkdirSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { check, checks, openBrowser } from "./harness.mjs";
+import { check, checks, failed, openBrowser } from "./harness.mjs";
 
 const base = process.env.BASE_URL;
 const shots = process.env.SHOTS ?? mkdtempSync(join(tmpdir(), "shots-"));
@@ -104,9 +104,7 @@ try {
   console.log(`scale: ${checks.passed} checks passed; ${JSON.stringify(timings)}`);
   console.log(`TIMINGS ${JSON.stringify(timings)}`);
 } catch (error) {
-  await page.screenshot({ path: join(shots, "failure.png"), fullPage: true }).catch(() => {});
-  console.error(`scale: ${error.message} (after ${checks.passed} checks; see ${shots}/failure.png)`);
-  process.exitCode = 1;
+  await failed("scale", page, shots, error);
 } finally {
   await context.close();
 }

@@ -46,7 +46,10 @@ export function HeatLegend({ metric }: { metric: HeatMetric }) {
       )}
       <Swatch fill="transparent" border="2px dashed #212121" label="allocated, idle" />
       <Swatch fill="transparent" border={`2px dotted ${SPINNING_COLOR}`} label="spinning" />
-      <Typography variant="caption" color="text.secondary">click a device for its node</Typography>
+      <Typography variant="caption" color="text.secondary">
+        where cells are a few pixels wide, a ring of its colour marks a down, idle or spinning
+        device · click a device for its node
+      </Typography>
     </Stack>
   );
 }
