@@ -138,9 +138,15 @@ def test_transfer_aborted_by_ray_is_counted(agent, cluster, tmp_path):
         def counted(doc: dict) -> bool:
             return doc["transfers"]["aborts"].get(job_id, 0) >= 1
 
-        agent.wait_for(counted, timeout=30)
+        doc = agent.wait_for(counted, timeout=30)
         aborts = {s.labels["ray_job_id"]: s.value
                   for s in transfer_series(agent, "ray_accelerator_transfer_aborts_total")}
         assert aborts[job_id] == 1
+        # the latest aborts keep both actors (the tab's transfer_aborted finding names them)
+        (abort,) = [a for a in doc["transfers"]["recent_aborts"] if a["job_id"] == job_id]
+        producer, consumer = (aborting.identities[k] for k in ("producer", "consumer"))
+        assert abort["source"]["actor_id"] == producer["actor_id"]
+        assert abort["destination"]["actor_id"] == consumer["actor_id"]
+        assert abort["age_s"] > STALL_AFTER_S and abort["at"] <= time.time()
     finally:
         aborting.stop()
