@@ -23,7 +23,7 @@ from agent_process import AgentProcess
 from prometheus_server import PrometheusServer
 from ray_workload import start_driver
 
-from ray_accel.dashboard_module.standalone import ray_dashboard_url
+from ray_accel.dashboard_module.standalone import ray_dashboard_url, ray_facts
 from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
@@ -149,6 +149,8 @@ def test_history_from_the_prometheus_ray_names(cluster, dashboard, agent, promet
     assert history["error"] == "" and history["step_s"] == 12
     assert len(history["devices"]) == 8  # scoped to Ray's session, which the agent labels
     assert sessions == [Path(cluster.session_dir()).name]
+    # the standalone dashboard scopes by the same session, read from the GCS
+    assert ray_facts(cluster.gcs_address) == (dashboard, sessions[0])
     config = wait_json(f"{dashboard}/accelerators/api/config", token, lambda c: True)
     assert config["history_source"] == "prometheus"
 
