@@ -3,13 +3,14 @@
 When a Prometheus is configured (Ray's `RAY_PROMETHEUS_HOST` / `RAY_PROMETHEUS_HEADERS`,
 or `ray-accel dashboard --prometheus URL`), the cluster's, a node's, a device's and a
 job's series over 1 h, 6 h, 24 h or 7 d come from `/api/v1/query_range`, on a grid of
-at most `max_points` steps aligned to the step (so that repeated asks hit the cache).
-Every selector carries the Grafana boards' own `SessionName` and `Cluster` filters
-(grafana/promql.py), filled with this head's session and cluster.
+at most `max_points` whole steps (points stay in place from one refresh to the next),
+the last at or after the request. Every selector carries the Grafana boards' own
+`SessionName` and `Cluster` filters (grafana/promql.py), filled with this head's
+session and cluster. Answers are cached for a step (at most 30 s).
 
-A Prometheus that is down, slow (`timeout_s`) or answers an error costs only that
-answer: `TabHistory` then serves the head's in-memory history, with the error, and
-does not ask again for `retry_after_s`.
+A Prometheus that is down, slow (`timeout_s`), answers an error or holds none of the
+series costs only that answer: `TabHistory` then serves the head's in-memory history
+with the reason, and does not ask a failing one again for `retry_after_s`.
 """
 
 from __future__ import annotations
@@ -316,6 +317,10 @@ def _holds_values(body: Mapping[str, Any]) -> bool:
     return any(value is not None for values in series for value in values)
 
 
+def _failed(task: asyncio.Task) -> bool:
+    return task.done() and (task.cancelled() or task.exception() is not None)
+
+
 @dataclass
 class _Cached:
     expires: float
@@ -386,8 +391,7 @@ class TabHistory:
     async def _cached(self, scope: Scope, range_name: str, now: float) -> dict[str, Any]:
         key = (scope, range_name)
         cached = self._cache.get(key)
-        if cached is None or cached.expires <= now or (
-                cached.answer.done() and cached.answer.exception() is not None):
+        if cached is None or cached.expires <= now or _failed(cached.answer):
             step = step_for(RANGES[range_name], self.prometheus.max_points)
             if len(self._cache) >= MAX_CACHED:
                 for old in [k for k, c in self._cache.items() if c.expires <= now] or [
