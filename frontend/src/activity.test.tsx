@@ -217,6 +217,18 @@ describe("the workloads page", () => {
     expect(row.querySelector('[data-testid="state"]')!.getAttribute("data-state")).toBe("spinning");
     expect(row.querySelector('[data-testid="activity"]')!.textContent).toBe("GR 100% · SM 2%");
   });
+  it("renders only the rows in view of a job on 10,000 nodes, the first unit named", async () => {
+    Object.defineProperty(HTMLElement.prototype, "clientHeight", { configurable: true, value: 640 });
+    const devices = Array.from({ length: 80000 }, (_, i) =>
+      use({ node_id: `n${Math.floor(i / 8)}`, uuid: `GPU-${i}`, index: String(i % 8) }));
+    await open(job([unit(devices)]));
+    expect(screen.getByTestId("job-units").dataset.rows).toBe("80000");
+    const rows = screen.getAllByTestId("unit-device");
+    expect(rows.length).toBeGreaterThan(0);
+    expect(rows.length).toBeLessThan(200);
+    expect(screen.getAllByTestId("unit")).toHaveLength(1);
+    expect(screen.getByTestId("unit").textContent).toContain("Spinner");
+  });
   it("has no activity column where the API does not carry it (no false 'not measured')", async () => {
     await open(job([unit([use({})])]));
     expect(carriesActivity([unit([use({})])] as unknown as Unit[])).toBe(false);
