@@ -144,6 +144,9 @@ class VendorCalls(CallErrors):
         self._costs = call_costs  # function -> [calls answered, thread CPU seconds]
         self._timed = slow_call_cpu_s is not None or call_costs is not None
         self._reused: dict[str, tuple[float, Any]] = {}  # name -> (reuse until, answer)
+        # Calls whose last timing was within the slow threshold: timed by the wall clock only
+        # (see `_remember`).
+        self._fast: set[str] = set()
         self._slow_streak: dict[str, int] = {}  # name -> slow answers in a row
 
     def error_code(self, error: BaseException) -> Any:
@@ -172,7 +175,8 @@ class VendorCalls(CallErrors):
             reused = self._reused.get(name)
             if reused is not None and now < reused[0]:
                 return reused[1]
-        started = (time.thread_time(), time.perf_counter()) if self._timed else (0.0, 0.0)
+        cpu_before = (time.thread_time() if self._timed and name not in self._fast else None)
+        wall_before = time.perf_counter()
         try:
             answer = fn(*args)
         except Exception as error:  # the vendor's own errors and its binding's
@@ -186,21 +190,32 @@ class VendorCalls(CallErrors):
                 self.failed(name, function, wrapper_failure(error))
                 return None
         if self._timed:
-            self._remember(name, function, now, started, every_cycle, answer)
+            self._remember(name, function, now, (cpu_before, wall_before), every_cycle,
+                           answer)
         return answer
 
-    def _remember(self, name: str, function: str, now: float, started: tuple[float, float],
-                  every_cycle: bool, answer: Any) -> None:
+    def _remember(self, name: str, function: str, now: float,
+                  started: tuple[float | None, float], every_cycle: bool, answer: Any) -> None:
         """Keeps a slow call's answer for reuse; forgets it once the call is fast again.
 
         `started` is (thread CPU time, wall time) before the call. A call whose wall time
-        is within the slow threshold spent at most that much CPU: its wall time stands for
-        its CPU time, which saves asking the kernel for the thread's CPU time again (a
-        system call, microseconds each, on every one of a cycle's calls).
+        is within the slow threshold spent at most that much CPU, so its wall time stands
+        for its CPU time, and a call that was fast last time is timed by the wall clock
+        alone: the thread's CPU time is a system call (microseconds, on each of a cycle's
+        calls). One of those that takes longer than the threshold by the wall clock is
+        timed on the CPU clock again from its next call (this one's CPU is not known, so
+        it neither counts as slow nor in the costs).
         """
-        spent = time.perf_counter() - started[1]
-        if self._slow_call_cpu_s is None or spent > self._slow_call_cpu_s:
-            spent = time.thread_time() - started[0]
+        cpu_before, wall_before = started
+        spent = time.perf_counter() - wall_before
+        threshold = self._slow_call_cpu_s
+        if threshold is None or spent > threshold:
+            if cpu_before is None:
+                self._fast.discard(name)
+                return
+            spent = time.thread_time() - cpu_before
+        if threshold is not None and spent <= threshold:
+            self._fast.add(name)
         if self._costs is not None:
             cost = self._costs.setdefault(function, [0, 0.0])
             cost[0] += 1
