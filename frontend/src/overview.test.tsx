@@ -5,7 +5,8 @@ import { DeviceOverview, canvasFill } from "./components/DeviceOverview";
 import { GroupList } from "./components/GroupList";
 import { HEALTH_COLORS } from "./format";
 import {
-  HOT_CELSIUS, attentionRank, decodeColumns, focusCounts, overviewGroups, type HeatColumns,
+  HOT_CELSIUS, attentionRank, decodeColumns, findNodes, focusCounts, overviewGroups,
+  type HeatColumns,
 } from "./overview";
 import { MAX_CELL, MIN_CELL, READABLE_CELL, hitTest, layoutOverview } from "./overviewLayout";
 import { Devices } from "./views/Cluster";
@@ -105,6 +106,13 @@ describe("filters and groups", () => {
     const only = overviewGroups(nodes, "node_pool", "all", "train");
     expect(only.map((g) => g.key)).toEqual(["train"]);
     expect(overviewGroups(nodes, "none", "all").map((g) => g.label)).toEqual(["All nodes"]);
+  });
+  it("finds nodes by any part of their hostname or id, in any case", () => {
+    const named = [node("gpu-a17", []), node("gpu-b02", []), { ...node("x", []), hostname: "" }];
+    expect(findNodes(named, " A1 ").map((n) => n.node_id)).toEqual(["gpu-a17"]);
+    expect(findNodes(named, "gpu-")).toHaveLength(2);
+    expect(findNodes(named, "")).toBe(named);
+    expect(findNodes(named, "x").map((n) => n.node_id)).toEqual(["x"]);
   });
 });
 
@@ -214,6 +222,11 @@ describe("the cluster page's devices", () => {
     expect(screen.getByTestId("overview-count").dataset.shown).toBe(String(down));
     expect(screen.getByTestId("overview").dataset.cells).toBe(String(down));
     fireEvent.click(screen.getByTestId("focus-all"));
+    fireEvent.change(screen.getByTestId("node-search"), { target: { value: "node-1" } });
+    // node-1, node-10 ... node-19
+    expect(screen.getByTestId("overview-count").dataset.nodes).toBe("11");
+    expect(screen.getByTestId("overview-count").dataset.total).toBe("768");
+    fireEvent.change(screen.getByTestId("node-search"), { target: { value: "" } });
     fireEvent.click(screen.getByTestId("group-by-node_pool"));
     fireEvent.click(screen.getAllByTestId("group-row")[0]);
     expect(screen.getByTestId("selected-group").textContent).toMatch(/Node pool: (train|serve)/);

@@ -180,6 +180,14 @@ export function overviewGroups(nodes: HeatNode[], by: GroupBy, focus: Focus | "a
   return groups.map(({ ranks: _ranks, ...group }) => group);
 }
 
+// The nodes whose hostname or id contains `text` (any case); all of them for "".
+export function findNodes(nodes: HeatNode[], text: string): HeatNode[] {
+  const wanted = text.trim().toLowerCase();
+  if (!wanted) return nodes;
+  return nodes.filter((n) => n.hostname.toLowerCase().includes(wanted)
+    || n.node_id.toLowerCase().includes(wanted));
+}
+
 // "1 node", "2 nodes", "10,000 devices".
 export function counted(count: number, noun: string): string {
   return `${count.toLocaleString("en-US")} ${noun}${count === 1 ? "" : "s"}`;

@@ -3,7 +3,7 @@
 import { useMemo, useState } from "react";
 import {
   Alert, Box, Card, CardContent, Chip, Stack, Table, TableBody, TableCell, TableHead, TableRow,
-  ToggleButton, ToggleButtonGroup, Typography,
+  TextField, ToggleButton, ToggleButtonGroup, Typography,
 } from "@mui/material";
 import { usePoll, type Summary } from "../api";
 import { DeviceOverview } from "../components/DeviceOverview";
@@ -15,8 +15,8 @@ import { HeatLegend } from "../components/Legend";
 import { Sparkline } from "../components/Sparkline";
 import { MEMORY_AS_RAY_SHOWS_IT, bytes, percent, watts } from "../format";
 import {
-  FOCUSES, FOCUS_NAMES, GROUP_NAMES, counted, decodeColumns, focusCounts, groupLabel,
-  overviewGroups,
+  FOCUSES, FOCUS_NAMES, GROUP_NAMES, counted, decodeColumns, findNodes, focusCounts,
+  groupLabel, overviewGroups,
   type Focus, type GroupBy, type HeatColumns,
 } from "../overview";
 
@@ -135,8 +135,11 @@ export function Devices({ columns, metric }: { columns: HeatColumns; metric: Hea
   const [by, setBy] = useState<GroupBy>("nvlink_domain");
   const [focus, setFocus] = useState<Focus | "all">("all");
   const [group, setGroup] = useState<string | null>(null);
+  const [query, setQuery] = useState("");
   // decoded again only when the head has a new view (the page polls it every refresh)
-  const nodes = useMemo(() => decodeColumns(columns), [columns.generated_at]);
+  const all = useMemo(() => decodeColumns(columns), [columns.generated_at]);
+  const total = useMemo(() => focusCounts(all).all, [all]);
+  const nodes = useMemo(() => findNodes(all, query), [all, query]);
   const counts = useMemo(() => focusCounts(nodes), [nodes]);
   const groups = useMemo(() => overviewGroups(nodes, by, focus, group), [nodes, by, focus, group]);
   const allGroups = useMemo(() => (group === null ? groups : overviewGroups(nodes, by, focus)),
@@ -164,11 +167,14 @@ export function Devices({ columns, metric }: { columns: HeatColumns; metric: Hea
             </ToggleButton>
           ))}
         </ToggleButtonGroup>
+        <TextField size="small" placeholder="Find nodes: hostname or id" value={query}
+          onChange={(e) => setQuery(e.target.value)} sx={{ minWidth: 240 }}
+          inputProps={{ "data-testid": "node-search", "aria-label": "find nodes" }} />
       </Stack>
       <Stack direction="row" spacing={1} alignItems="center">
         <Typography variant="body2" data-testid="overview-count" data-shown={shown}
-          data-total={counts.all} data-nodes={shownNodes}>
-          {shown.toLocaleString("en-US")} of {counted(counts.all, "device")}
+          data-total={total} data-nodes={shownNodes}>
+          {shown.toLocaleString("en-US")} of {counted(total, "device")}
           {" "}on {counted(shownNodes, "node")}
           {by !== "none" && group === null ? ` in ${counted(groups.length, "group")}` : ""}
           {" "}· most in need of attention first (down, spinning, idle, hot, stale, warning)
