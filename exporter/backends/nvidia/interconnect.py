@@ -92,8 +92,9 @@ class CounterUnwrapper:
         return self.totals[position]
 
 
-# What one requested field means: (link type, link index, metric, labels, scale).
-_Meaning = tuple[str, int, str, Labels, int]
+# What one requested field means: (the link's slot: its place among the device's NVLinks, or
+# after them for the PCIe link; metric, labels, scale).
+_Meaning = tuple[int, str, Labels, int]
 
 
 def _request_array(requests: list[tuple[int, int]]) -> Any:
@@ -125,12 +126,12 @@ class LinkLayout:
 
     def __post_init__(self) -> None:
         every, slow = [], []
-        for link in self.nvlinks:
+        for slot, link in enumerate(self.nvlinks):
             for field_id, metric, labels, scale in _NVLINK_FIELDS:
                 (slow if m.spec(metric).cadence is m.Cadence.SLOW else every).append(
-                    ((field_id, link.index), (NVLINK, link.index, metric, labels, scale)))
+                    ((field_id, link.index), (slot, metric, labels, scale)))
         for field_id, metric, labels, scale in _PCIE_FIELDS:
-            every.append(((field_id, 0), (PCIE, 0, metric, labels, scale)))
+            every.append(((field_id, 0), (len(self.nvlinks), metric, labels, scale)))
         self.meanings = [meaning for _, meaning in (*every, *slow)]
         self.cycle_values = _request_array([request for request, _ in every])
         self.slow_values = _request_array([request for request, _ in (*every, *slow)])
@@ -240,15 +241,16 @@ def _field_number(value_type: int, raw: int) -> float:
 
 
 def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
-              slow: bool) -> dict[tuple[str, int], list[Reading]]:
-    by_link: dict[tuple[str, int], list[Reading]] = {}
+              slow: bool) -> list[list[Reading]]:
+    """The counters read, by link slot (the NVLinks in order, then the PCIe link)."""
+    by_link: list[list[Reading]] = [[] for _ in range(len(layout.nvlinks) + 1)]
     values = calls.call(nvmlDeviceGetFieldValues, handle,
                         layout.slow_values if slow else layout.cycle_values, every_cycle=True)
     if values is None:
         return by_link
     success, unsigned_int = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
     unsigned_long_long = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-    for position, ((value_type, status, raw), (link_type, index, metric, labels, scale)) in (
+    for position, ((value_type, status, raw), (slot, metric, labels, scale)) in (
             enumerate(zip(_field_answers(values), layout.meanings, strict=False))):
         if status == success:
             if value_type == unsigned_long_long:  # the NVLink counters: the common case first
@@ -257,10 +259,7 @@ def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
                 number = float(layout.unwrapper.total(position, raw & 0xFFFFFFFF))
             else:
                 number = _field_number(value_type, raw)
-            found = by_link.get((link_type, index))
-            if found is None:
-                found = by_link[(link_type, index)] = []
-            found.append(Reading(metric, number * scale, labels))
+            by_link[slot].append(Reading(metric, number * scale, labels))
     return by_link
 
 
@@ -294,16 +293,15 @@ def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout,
     counters, read_at = read_timed(partial(_counters, calls, handle, layout, slow))
     links = []
     slow_readings = layout.slow_readings
-    for nvlink in layout.nvlinks:
+    for nvlink, readings in zip(layout.nvlinks, counters, strict=False):
         index = nvlink.index
-        readings = counters.get((NVLINK, index), [])
         if slow:
             slow_readings[index] = _slow_link_readings(calls, handle, nvlink, readings)
             readings = [r for r in readings if r.metric == m.LINK_IO]
         readings.extend(slow_readings.get(index, ()))
         links.append(Link(NVLINK, index, tuple(readings), layout.facts_of(nvlink),
                           counters_at=read_at))
-    if (PCIE, 0) in counters:
-        links.append(Link(PCIE, 0, tuple(counters[(PCIE, 0)]), _HOST_FACTS,
+    if counters[-1]:
+        links.append(Link(PCIE, 0, tuple(counters[-1]), _HOST_FACTS,
                           counters_at=read_at))
     return tuple(links), (*_pcie_current(calls, handle), *layout.pcie_max)
