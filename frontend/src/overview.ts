@@ -55,8 +55,8 @@ export function decodeColumns(doc: HeatColumns): HeatNode[] {
   return nodes;
 }
 
-// A device at or above this temperature counts as hot (H100/H200-class GPUs start to slow
-// down in the high 80s; a device this warm is close to its thermal limit).
+// A device at or above this temperature counts as hot: one fixed line for the overview's
+// order and filter (the heatmap does not carry each device's own slowdown threshold).
 export const HOT_CELSIUS = 85;
 
 // What needs attention, most first: the one order of the overview, its groups and lists.
