@@ -1,8 +1,8 @@
 """One backend inside the sampler: opening it, discovering and reading each device on its own.
 
-Every device is read on its own worker thread, at most one call in flight per
-device, so a vendor call that hangs holds up only that device: the cycle ends
-at its deadline and the device is reported stale. Opening runs the same way:
+Every device is read on its own worker thread (exporter/call_worker.py), at most
+one call in flight per device, so a vendor call that hangs holds up only that
+device: the cycle ends at its deadline and the device is reported stale. Opening runs the same way:
 the library's open is one bounded step (retried on its own schedule), and a
 backend that splits opening (`Backend.open_library`) has each device
 identified on that device's worker, so a device that hangs from its first
@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from .backends.base import (
     Backend,
@@ -30,6 +26,7 @@ from .backends.base import (
     ErrorTally,
     Undiscovered,
 )
+from .call_worker import Worker
 from .carry import carried
 from .model import BackendStatus, Device, DeviceSample
 from .rates import with_link_rates
@@ -41,58 +38,6 @@ STALE = "stale: the vendor library has not answered"
 NOT_ANSWERING = "not answering"
 NOT_OPENED = "not opened yet"
 DISCOVERY = "discovery"
-
-
-class Worker:
-    """Runs one call at a time on its own daemon thread; busy while a call is in flight.
-
-    The thread is a daemon so that a vendor call hung forever never keeps the
-    agent from exiting.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._future: futures.Future | None = None
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> futures.Future | None:
-        """Start `fn(*args)` unless a previous call's result is still to be taken (then None).
-
-        A call that finished after its cycle stopped waiting is taken by the next
-        `take_result`, not lost to a new call: an opened backend must not be
-        opened again.
-        """
-        if self._future is not None:
-            return None
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-        self._future = futures.Future()
-        self._queue.put((self._future, fn, args))
-        return self._future
-
-    def take_result(self) -> futures.Future | None:
-        """The finished future not yet taken, if any."""
-        future = self._future
-        if future is None or not future.done():
-            return None
-        self._future = None
-        return future
-
-    def shutdown(self) -> None:
-        """Let the thread end after its current call."""
-        self._queue.put(None)
-
-    def _run(self) -> None:
-        while (job := self._queue.get()) is not None:
-            future, fn, args = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as error:  # handed to whoever reads the future
-                future.set_exception(error)
 
 
 @dataclass
