@@ -481,13 +481,15 @@ def _node_finding(node: NodeState, status: str, now: float) -> dict[str, Any] | 
 
 def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None = None,
                parts: dict[str, NodePart] | None = None,
-               pause: Callable[[], None] | None = None) -> ClusterView:
+               pause: Callable[[], None] | None = None,
+               transfer_devices: transfers_view.LastKnownDevices | None = None) -> ClusterView:
     """Aggregate every node's latest data into one view.
 
     `parts` (node id -> NodePart), when given, is the previous round's per-node work: a
     node whose data version, status and hostname are unchanged reuses its part, and the
     dict is updated to this round's parts. `pause()`, when given, is called every
     PAUSE_EVERY nodes (a build in a thread lets the event loop's thread run there).
+    `transfer_devices`, kept from round to round, names the devices of aborted transfers.
     """
     now = time.time() if now is None else now
     by_id = {node.node_id: node for node in nodes}
@@ -523,7 +525,7 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
         node_history.update(part.history)
         heatmap.append(part.row)
         heatmap_rows.append(part.row_json)
-    transfers = transfers_view.build_transfers(by_id, units, now)
+    transfers = transfers_view.build_transfers(by_id, units, now, transfer_devices)
     findings.extend(transfers.findings)
     rank = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (rank[f["severity"]], f["kind"], f["node_id"],

@@ -45,6 +45,7 @@ from .aggregate import (
 from .heatmap_columns import columns_body
 from .history import History
 from .node_detail import NodeDetails
+from .transfers_view import LastKnownDevices
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,7 @@ class Collector:
         self.discovery_error = ""
         self.details = NodeDetails(self.fetch_full)
         self._parts: dict[str, NodePart] = {}
+        self._transfer_devices = LastKnownDevices()  # what aborted transfers' actors held
         self._session: aiohttp.ClientSession | None = None
         self._connections: AgentConnections | None = None
         self._refreshing = BackgroundTask("ray-accel-dashboard-refresh", self._loop)
@@ -244,7 +246,8 @@ class Collector:
     def _build(self, nodes: list[NodeState]) -> ClusterView:
         """The round's view, its history staged and its heatmaps encoded (in the parsing
         thread: none of it waits on the event loop, nor holds it up)."""
-        view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run)
+        view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
+                          self._transfer_devices)
         self.history.stage(view.generated_at, history_values(view), _let_the_loop_run)
         heatmap_body(view)
         columns_body(view, _let_the_loop_run)

@@ -8,9 +8,15 @@ task, else from where its actor holds devices), that node's hostname, and the
 devices its actor holds (index and model, from the holders of every node: the
 pairing agent knows only its own node's). Per job: in flight, stalled, the oldest
 one's age, aborts. Findings: `transfer_stalled` (both actors, their devices and
-nodes, the age), `transfer_aborted` (Ray killed both actors of a stalled transfer
-within `ABORT_WINDOW_S`). Suspected hung collectives are device findings
-(`collective_stall`, aggregate.py).
+nodes, the age), `transfer_slow` (in flight past the agent's report threshold,
+not stalled yet), `transfer_aborted` (Ray killed both actors of a stalled
+transfer within `ABORT_WINDOW_S`). Suspected hung collectives are device
+findings (`collective_stall`, aggregate.py).
+
+Ray kills both actors of the transfers it aborts, so an abort's actors hold no
+devices any more: `LastKnownDevices`, kept by the caller from round to round,
+remembers the joined devices of both ends of every transfer seen stalled, and
+an abort's ends without devices get them from there.
 
 Ages count from each transfer's start to the round's time; when several agents
 pair (`--transfer-pairing always`) each sees the whole cluster, so a transfer is
@@ -20,14 +26,16 @@ them gives, not their sum.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..exporter.node_transfers import EMPTY, is_empty
+from ..exporter.attribution.transfers import MAX_RECENT_ABORTS
+from ..exporter.node_transfers import EMPTY, MAX_LISTED, is_empty
 
-STALLED, ABORTED = "transfer_stalled", "transfer_aborted"
-FINDING_KINDS = (STALLED, ABORTED)
+STALLED, SLOW, ABORTED = "transfer_stalled", "transfer_slow", "transfer_aborted"
+FINDING_KINDS = (STALLED, SLOW, ABORTED)
 # How long an abort stays a finding (the alert rule's transfer_abort_window).
 ABORT_WINDOW_S = 15 * 60.0
 
@@ -104,6 +112,51 @@ def _sorted_jobs(jobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(jobs.values(), key=lambda j: (-j["stalled"], -j["in_flight"], j["job_id"]))
 
 
+# A transfer between two actors of a job, as an abort names it too.
+PairKey = tuple[str, str, str]
+
+
+def _pair_key(item: Mapping[str, Any]) -> PairKey:
+    return (item["job_id"], item["source"]["actor_id"], item["destination"]["actor_id"])
+
+
+class LastKnownDevices:
+    """The devices both ends of each transfer seen stalled held when last seen, by (job,
+    source actor, destination actor); the latest `capacity` pairs (an agent lists at
+    most MAX_LISTED transfers and keeps MAX_RECENT_ABORTS aborts)."""
+
+    def __init__(self, capacity: int = MAX_LISTED + MAX_RECENT_ABORTS) -> None:
+        self.capacity = capacity
+        self._pairs: OrderedDict[PairKey, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = (
+            OrderedDict())
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def remember(self, transfer: Mapping[str, Any]) -> None:
+        """Keeps a joined stalled transfer's devices; an end now without any keeps its last."""
+        key = _pair_key(transfer)
+        source, destination = self._pairs.pop(key, ([], []))
+        self._pairs[key] = (transfer["source"]["devices"] or source,
+                            transfer["destination"]["devices"] or destination)
+        while len(self._pairs) > self.capacity:
+            self._pairs.popitem(last=False)
+
+    def fill(self, abort: dict[str, Any]) -> None:
+        """Gives an abort's ends that hold nothing now the devices they last held (and
+        their node, where the end's task named none)."""
+        key = _pair_key(abort)
+        known = self._pairs.get(key)
+        if known is None:
+            return
+        self._pairs.move_to_end(key)  # kept while the abort is still reported
+        for end, devices in zip((abort["source"], abort["destination"]), known, strict=True):
+            if not end["devices"] and devices:
+                end["devices"] = devices
+                if not end["node_id"]:  # a receive that never started names no node
+                    end["node_id"], end["hostname"] = devices[0]["node_id"], devices[0]["hostname"]
+
+
 class _Ends:
     """Joins a transfer end with its node, hostname and the devices its actor holds."""
 
@@ -155,12 +208,19 @@ def _at(end: Mapping[str, Any], reporter: NodeLike) -> tuple[str, str]:
     return reporter.node_id, reporter.hostname
 
 
-def _stalled_finding(transfer: dict[str, Any], reporter: NodeLike) -> dict[str, Any]:
+# A transfer in flight's findings: (kind, severity, how its message starts).
+_IN_FLIGHT = {True: (STALLED, "critical", "transfer stalled for"),
+              False: (SLOW, "info", "transfer in flight for")}
+
+
+def _in_flight_finding(transfer: dict[str, Any], reporter: NodeLike) -> dict[str, Any]:
+    """`transfer_stalled` for a stalled transfer, `transfer_slow` for a slow one."""
+    kind, severity, says = _IN_FLIGHT[transfer["stalled"]]
     source, destination = transfer["source"], transfer["destination"]
     node_id, hostname = _at(source, reporter)
-    message = (f"transfer stalled for {transfer['age_s']:.0f} s: {_who(source)} → "
+    message = (f"{says} {transfer['age_s']:.0f} s: {_who(source)} → "
                f"{_who(destination)}, job {transfer['job_id']}")
-    return _finding(STALLED, "critical", node_id, hostname, message,
+    return _finding(kind, severity, node_id, hostname, message,
                     (source["devices"] or [None])[0], job_id=transfer["job_id"],
                     age_s=transfer["age_s"], source=source, destination=destination,
                     consumer_task_id=transfer["consumer_task_id"])
@@ -172,7 +232,8 @@ def _aborted_finding(abort: dict[str, Any], reporter: NodeLike) -> dict[str, Any
     message = (f"Ray aborted a transfer stalled for {abort['age_s']:.0f} s "
                f"({abort['ago_s']:.0f} s ago) by killing both actors: {_who(source)} → "
                f"{_who(destination)}, job {abort['job_id']}")
-    return _finding(ABORTED, "warning", node_id, hostname, message, None,
+    return _finding(ABORTED, "warning", node_id, hostname, message,
+                    (source["devices"] or [None])[0],
                     job_id=abort["job_id"], age_s=abort["age_s"], at=abort["at"],
                     source=source, destination=destination)
 
@@ -180,8 +241,8 @@ def _aborted_finding(abort: dict[str, Any], reporter: NodeLike) -> dict[str, Any
 class _Merge:
     """Merges the pairing agents' compact transfers into the cluster's."""
 
-    def __init__(self, ends: _Ends, now: float) -> None:
-        self.ends, self.now = ends, now
+    def __init__(self, ends: _Ends, now: float, last_known: LastKnownDevices) -> None:
+        self.ends, self.now, self.last_known = ends, now, last_known
         self.transfers: dict[str, dict[str, Any]] = {}  # by the send's task id
         self.aborts: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -223,11 +284,14 @@ class _Merge:
             return
         transfer = self.transfers[key] = {
             "job_id": item["job_id"], "since": item["since"], "age_s": self._age(item["since"]),
-            "stalled": item["stalled"], "consumer_task_id": item["consumer_task_id"],
+            "stalled": item["stalled"], "slow": item["slow"] or item["stalled"],
+            "consumer_task_id": item["consumer_task_id"],
             "source": self.ends.end(item["source"]),
             "destination": self.ends.end(item["destination"]), "reported_by": node.node_id}
         if transfer["stalled"]:
-            self.findings.append(_stalled_finding(transfer, node))
+            self.last_known.remember(transfer)
+        if transfer["slow"]:  # stalled ones are slow too
+            self.findings.append(_in_flight_finding(transfer, node))
 
     def _abort(self, node: NodeLike, item: Mapping[str, Any]) -> None:
         key = (item["source"]["actor_id"], item["destination"]["actor_id"], item["job_id"])
@@ -237,14 +301,16 @@ class _Merge:
             "job_id": item["job_id"], "age_s": item["age_s"], "at": item["at"],
             "ago_s": self._age(item["at"]), "source": self.ends.end(item["source"]),
             "destination": self.ends.end(item["destination"]), "reported_by": node.node_id}
+        self.last_known.fill(abort)
         if abort["ago_s"] <= ABORT_WINDOW_S:
             self.findings.append(_aborted_finding(abort, node))
 
 
 def build_transfers(nodes: Mapping[str, NodeLike], units: Mapping[str, dict[str, Any]],
-                    now: float) -> TransfersView:
+                    now: float, last_known: LastKnownDevices | None = None) -> TransfersView:
     """The cluster's transfers from every node's compact transfers (node.data["transfers"]);
-    `units` are the round's workload units (aggregate.py), for the ends' devices."""
+    `units` are the round's workload units (aggregate.py), for the ends' devices;
+    `last_known`, kept from round to round, gives aborts the devices their actors held."""
     reporting = sorted(((node, compact) for node in nodes.values()
                         if node.data and (compact := node.data.get("transfers", EMPTY))
                         is not EMPTY and not is_empty(compact)), key=lambda r: r[0].node_id)
@@ -253,7 +319,8 @@ def build_transfers(nodes: Mapping[str, NodeLike], units: Mapping[str, dict[str,
     actor_ids = {end["actor_id"] for _, compact in reporting
                  for item in (*compact["transfers"], *compact["recent_aborts"])
                  for end in (item["source"], item["destination"])}
-    merge = _Merge(_Ends(nodes, units, actor_ids), now)
+    merge = _Merge(_Ends(nodes, units, actor_ids), now,
+                   LastKnownDevices() if last_known is None else last_known)
     for node, compact in reporting:
         merge.add(node, compact)
     return TransfersView(

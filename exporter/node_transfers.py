@@ -7,7 +7,8 @@ Accelerators tab shows:
 
 - `transfers`: each transfer's job, when it started (`since`, Unix seconds: it
   stays the same while the transfer lasts, so a summary does not change every
-  cycle the way an age would), whether it stalled, the consuming task and both
+  cycle the way an age would), whether it is slow (in flight past the agent's
+  `--transfer-report-after`) and stalled, the consuming task and both
   ends (task, actor, its class, node, state, devices). At most `MAX_LISTED`,
   oldest (so stalled) first; `dropped` counts the ones left out.
 - `by_job`: per job, the transfers in flight and stalled and the oldest one's
@@ -51,7 +52,7 @@ def _end(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def _transfer(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {"job_id": str(doc.get("job_id") or ""), "since": float(doc["since"]),
-            "stalled": bool(doc.get("stalled")),
+            "stalled": bool(doc.get("stalled")), "slow": bool(doc.get("slow")),
             "consumer_task_id": str(doc.get("consumer_task_id") or ""),
             "source": _end(doc["source"]), "destination": _end(doc["destination"])}
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from ray_accel.dashboard_module.aggregate import NodeState, build_view
+from ray_accel.dashboard_module import transfers_view
+from ray_accel.dashboard_module.aggregate import FINDING_KINDS, NodeState, build_view
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import Collector
 from ray_accel.dashboard_module.fleet import FleetServer, node_id
 from ray_accel.dashboard_module.standalone import build_app
-from ray_accel.dashboard_module.transfers_view import ABORT_WINDOW_S
+from ray_accel.dashboard_module.transfers_view import ABORT_WINDOW_S, LastKnownDevices
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.attribution.model import Attribution, Holder, RayIdentity, SourceStatus
 from ray_accel.exporter.attribution.transfers import Abort, ActorTask, pair_transfers
@@ -70,9 +72,11 @@ def holder(actor_id: str, actor_class: str) -> tuple[Holder, ...]:
 
 
 def head_snapshot(tasks: list[ActorTask], aborts: tuple[Abort, ...] = (),
-                  collective_stall: bool = False) -> dict:
-    """The head node's snapshot document: GPU 0 held by producer 0, the pairing agent."""
-    transfers = pair_transfers(tasks, NOW, stall_after_s=10)
+                  collective_stall: bool = False, held: bool = True,
+                  report_after_s: float = 1.0) -> dict:
+    """The head node's snapshot document: GPU 0 held by producer 0 (unless not `held`),
+    the pairing agent."""
+    transfers = pair_transfers(tasks, NOW, stall_after_s=10, report_after_s=report_after_s)
     attribution = Attribution(
         node_id=HEAD, sources=(SourceStatus("raylet", True),), transfers=transfers,
         pairs_transfers=True, transfer_aborts={JOB: len(aborts), OTHER_JOB: 0},
@@ -80,18 +84,18 @@ def head_snapshot(tasks: list[ActorTask], aborts: tuple[Abort, ...] = (),
     return snapshot_document(NodeSnapshot(
         cycle=1, taken_at=NOW, interval_s=1, node_labels={}, backends=(),
         devices=(device("GPU-head-0", "0"),), attribution=attribution,
-        holders={"GPU-head-0": holder(actor("a", 0), "Producer")},
+        holders={"GPU-head-0": holder(actor("a", 0), "Producer")} if held else {},
         collective_stalls={"GPU-head-0": collective_stall}))
 
 
-def worker_snapshot() -> dict:
-    """The worker node: its GPU 3 held by consumer 0; it pairs nothing."""
+def worker_snapshot(held: bool = True) -> dict:
+    """The worker node: its GPU 3 held by consumer 0 (unless not `held`); it pairs nothing."""
     attribution = Attribution(node_id=WORKER, sources=(SourceStatus("raylet", True),),
                               refreshed_at=NOW)
     return snapshot_document(NodeSnapshot(
         cycle=1, taken_at=NOW, interval_s=1, node_labels={}, backends=(),
         devices=(device("GPU-worker-3", "3"),), attribution=attribution,
-        holders={"GPU-worker-3": holder(actor("b", 0), "Consumer")}))
+        holders={"GPU-worker-3": holder(actor("b", 0), "Consumer")} if held else {}))
 
 
 def abort(number: int, ago: float) -> Abort:
@@ -241,8 +245,117 @@ def test_the_endpoint_over_real_agents_summaries():
                     "/accelerators/api/findings", headers=auth,
                     params={"kind": "transfer_stalled"})).json()
                 assert findings["total"] == 1
+                # Ray aborts it, killing both actors: the collector's rounds remember the
+                # devices they held
+                summaries[0] = encode(summary_document(
+                    head_snapshot([], (abort(0, 20),), held=False)))
+                summaries[1] = encode(summary_document(worker_snapshot(held=False)))
+                await collector.refresh()
+                reply = await client.get("/accelerators/api/findings", headers=auth,
+                                         params={"kind": "transfer_aborted"})
+                (aborted,) = (await reply.json())["findings"]
+                assert "device #0 on host-0" in aborted["message"], aborted["message"]
+                assert "device #3 on host-1" in aborted["message"], aborted["message"]
+                reply = await client.get("/accelerators/api/findings", headers=auth,
+                                         params={"kind": "transfer_slow"})
+                assert reply.status == 200 and (await reply.json())["total"] == 0
             finally:
                 await client.close()
                 await collector.stop()
 
     asyncio.run(scenario())
+
+
+def test_an_aborted_transfer_names_the_devices_its_actors_held_while_stalled():
+    last_known = LastKnownDevices()
+    stalled = nodes(reduce_snapshot(head_snapshot(transfer_tasks(0, 30))),
+                    reduce_snapshot(worker_snapshot()))
+    build_view(stalled, 5, now=NOW, transfer_devices=last_known)
+    # Ray killed both actors: their devices are held by no one, the abort is counted
+    aborted = nodes(reduce_snapshot(head_snapshot([], (abort(0, 20),), held=False)),
+                    reduce_snapshot(worker_snapshot(held=False)))
+    view = build_view(aborted, 5, now=NOW, transfer_devices=last_known)
+    (listed,) = view.transfers.aborts
+    assert [(d["uuid"], d["index"], d["node_id"]) for d in listed["source"]["devices"]] == [
+        ("GPU-head-0", "0", HEAD)]
+    # the receive never started, so its task names no node: its devices' node is the end's
+    assert (listed["destination"]["node_id"], listed["destination"]["hostname"]) == (
+        WORKER, "worker-host")
+    assert [(d["uuid"], d["index"], d["node_id"], d["hostname"])
+            for d in listed["destination"]["devices"]] == [
+        ("GPU-worker-3", "3", WORKER, "worker-host")]  # an end on another node than the pairing
+    (finding,) = [f for f in view.findings if f["kind"] == "transfer_aborted"]
+    for words in ("Producer", "Consumer", "device #0 on head-host", "device #3 on worker-host"):
+        assert words in finding["message"], finding["message"]
+    assert (finding["device_uuid"], finding["device_index"]) == ("GPU-head-0", "0")
+    assert finding["details"]["destination"]["devices"][0]["uuid"] == "GPU-worker-3"
+    # later rounds that still list the abort keep naming them
+    again = build_view(aborted, 5, now=NOW + 5, transfer_devices=last_known)
+    assert again.transfers.aborts[0]["destination"]["devices"][0]["index"] == "3"
+    # a head that never saw the transfer stalled (restarted since) knows no devices
+    fresh = build_view(aborted, 5, now=NOW)
+    assert fresh.transfers.aborts[0]["source"]["devices"] == []
+    (unnamed,) = [f for f in fresh.findings if f["kind"] == "transfer_aborted"]
+    assert "device #" not in unnamed["message"] and unnamed["device_uuid"] == ""
+
+
+def test_the_last_known_devices_are_bounded_and_keep_an_ends_last_devices():
+    last_known = LastKnownDevices(capacity=3)
+
+    def joined(number: int, devices: list[str]) -> dict:
+        return {"job_id": JOB,
+                "source": {"actor_id": actor("a", number), "node_id": HEAD,
+                           "devices": [{"uuid": u} for u in devices]},
+                "destination": {"actor_id": actor("b", number), "node_id": WORKER,
+                                "devices": []}}
+
+    for number in range(5):
+        last_known.remember(joined(number, [f"GPU-{number}"]))
+    last_known.remember(joined(2, []))  # the end holds nothing now: its last devices stay
+    assert len(last_known) == 3
+    for number, expected in [(0, []), (1, []), (2, [{"uuid": "GPU-2"}]),
+                             (4, [{"uuid": "GPU-4"}])]:
+        item = joined(number, [])
+        last_known.fill(item)
+        assert item["source"]["devices"] == expected, number
+    kept = joined(4, [])
+    kept["source"]["devices"] = [{"uuid": "GPU-now"}]
+    last_known.fill(kept)  # an end that names its devices keeps its own
+    assert kept["source"]["devices"] == [{"uuid": "GPU-now"}]
+
+
+def test_a_transfer_in_flight_past_the_report_threshold_is_an_info_finding():
+    tasks = transfer_tasks(0, 4) + transfer_tasks(1, 12) + transfer_tasks(2, 0.2)
+    doc = head_snapshot(tasks)
+    assert [t["slow"] for t in doc["transfers"]["transfers"]] == [True, True, False]
+    summary = summary_of(doc)
+    assert reduce_summary(summary)["transfers"] == reduce_snapshot(doc)["transfers"]
+    view = build_view(nodes(reduce_summary(summary), reduce_snapshot(worker_snapshot())), 5,
+                      now=NOW)
+    assert [(t["stalled"], t["slow"]) for t in view.transfers.transfers] == [
+        (True, True), (False, True), (False, False)]
+    (slow,) = [f for f in view.findings if f["kind"] == "transfer_slow"]
+    assert slow["severity"] == "info" and slow["node_id"] == HEAD
+    assert slow["message"].startswith("transfer in flight for 4 s: "), slow["message"]
+    for words in ("Producer", "Consumer", "device #0 on head-host", "device #3 on worker-host",
+                  JOB):
+        assert words in slow["message"], slow["message"]
+    assert slow["details"]["source"]["actor_id"] == actor("a", 0)
+    assert slow["device_uuid"] == "GPU-head-0"
+    # the stalled one is a stall only, the young one nothing
+    assert [f["details"]["source"]["actor_id"] for f in view.findings
+            if f["kind"] == "transfer_stalled"] == [actor("a", 1)]
+    assert view.summary["findings"]["by_kind"]["transfer_slow"] == 1
+    # the agent's own threshold decides (--transfer-report-after)
+    later = head_snapshot(tasks, report_after_s=5)
+    assert [t["slow"] for t in later["transfers"]["transfers"]] == [True, False, False]
+    view = build_view(nodes(reduce_snapshot(later), reduce_snapshot(worker_snapshot())), 5,
+                      now=NOW)
+    assert not [f for f in view.findings if f["kind"] == "transfer_slow"]
+
+
+def test_every_transfer_finding_kind_is_documented_and_accepted():
+    api_doc = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    for kind in transfers_view.FINDING_KINDS:
+        assert f"`{kind}`" in api_doc, kind
+        assert kind in FINDING_KINDS, kind

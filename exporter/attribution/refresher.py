@@ -156,7 +156,8 @@ class AttributionRefresher:
         calls = long_running_calls(tasks, now, settings.report_after_s, local_actors=local)
         pairs = settings.pairing == "always" or (settings.pairing == "auto"
                                                   and sources.node.is_head)
-        transfers = (self._aborts.alive(pair_transfers(tasks, now, settings.stall_after_s))
+        transfers = (self._aborts.alive(pair_transfers(
+            tasks, now, settings.stall_after_s, report_after_s=settings.report_after_s))
                      if pairs else ())
         if pairs:
             self._count_aborts(sources, transfers)

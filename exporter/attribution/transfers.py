@@ -103,13 +103,15 @@ class TransferEnd:
 
 @dataclass(frozen=True, slots=True)
 class Transfer:
-    """A send paired with its receive; `age_s` counts from the first one's submission."""
+    """A send paired with its receive; `age_s` counts from the first one's submission.
+    `slow`: in flight past the report threshold (stalled ones are slow too)."""
 
     source: TransferEnd
     destination: TransferEnd
     age_s: float
     stalled: bool
     consumer_task_id: str = ""
+    slow: bool = False
 
     @property
     def job_id(self) -> str:
@@ -176,7 +178,8 @@ def _direction(a: ActorTask, b: ActorTask, tasks: list[ActorTask],
 def pair_transfers(tasks: Iterable[ActorTask], now: float,
                    stall_after_s: float = DEFAULT_STALL_AFTER_S,
                    actor_devices: Mapping[str, tuple[str, ...]] | None = None,
-                   pair_window_s: float = DEFAULT_PAIR_WINDOW_S) -> tuple[Transfer, ...]:
+                   pair_window_s: float = DEFAULT_PAIR_WINDOW_S,
+                   report_after_s: float = DEFAULT_REPORT_AFTER_S) -> tuple[Transfer, ...]:
     """Pairs unfinished `__ray_call__` tasks (of the whole cluster) into transfers.
 
     A two-sided transfer is always triggered by submitting the task that consumes
@@ -214,7 +217,8 @@ def pair_transfers(tasks: Iterable[ActorTask], now: float,
             source=TransferEnd(send, devices.get(send.actor_id, ())),
             destination=TransferEnd(receive, devices.get(receive.actor_id, ())),
             age_s=age, stalled=age > stall_after_s,
-            consumer_task_id=consumer.task_id if consumer else ""))
+            consumer_task_id=consumer.task_id if consumer else "",
+            slow=age >= report_after_s or age > stall_after_s))
     return tuple(sorted(found, key=lambda t: (-t.age_s, t.source.task.task_id)))
 
 

@@ -106,7 +106,7 @@ def _transfer(transfer: Transfer, devices: dict[str, tuple[str, ...]]) -> dict[s
     labels = transfer.labels(devices)
     return {
         "job_id": transfer.job_id, "age_s": transfer.age_s, "stalled": transfer.stalled,
-        "consumer_task_id": transfer.consumer_task_id,
+        "slow": transfer.slow, "consumer_task_id": transfer.consumer_task_id,
         "source": {**_task(transfer.source.task),
                    "devices": [d for d in labels["src_devices"].split(",") if d]},
         "destination": {**_task(transfer.destination.task),

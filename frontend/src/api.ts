@@ -220,6 +220,7 @@ export interface TransferEnd {
 export interface Transfer {
   job_id: string; since: number; age_s: number; stalled: boolean; consumer_task_id: string;
   source: TransferEnd; destination: TransferEnd; reported_by: string;
+  slow?: boolean; // in flight past the agent's report threshold (stalled ones too)
 }
 
 export interface TransferAbort {

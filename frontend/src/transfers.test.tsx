@@ -38,8 +38,8 @@ const body: Transfers = {
                          hostname: "worker-host",
                          devices: [{ uuid: "GPU-3", index: "3", model: "H200",
                                      node_id: WORKER, hostname: "worker-host" }] }) },
-    { job_id: "01000000", since: 20, age_s: 2.2, stalled: false, consumer_task_id: "c2",
-      reported_by: HEAD, source: end({ task_id: "s2" }),
+    { job_id: "01000000", since: 20, age_s: 2.2, stalled: false, slow: true,
+      consumer_task_id: "c2", reported_by: HEAD, source: end({ task_id: "s2" }),
       destination: end({ task_id: "r2", node_id: "", hostname: "" }) },
   ],
   aborts: [{ job_id: "01000000", age_s: 25, at: 0, ago_s: 300, source: end({}),
@@ -97,6 +97,8 @@ describe("the transfers view", () => {
       .toBe(`#/node/${WORKER}`);
     expect(within(source).getByRole("link", { name: /Producer/ }).getAttribute("href"))
       .toBe(`/#/actors/${"p".repeat(32)}`);
+    // past the agent's report threshold, not stalled yet
+    expect(within(rows[1]).getByTestId("transfer-state").textContent).toBe("slow");
     // an end with no device and no node says so
     expect(within(rows[1]).getByTestId("transfer-destination").textContent)
       .toContain("no device · node unknown");
@@ -111,6 +113,9 @@ describe("the transfers view", () => {
   });
   it("links transfer findings to the view", () => {
     render(<FindingRow finding={{ ...stall, kind: "transfer_stalled" }} />);
+    expect(screen.getByTestId("finding-transfers-link").getAttribute("href")).toBe("#/transfers");
+    cleanup();
+    render(<FindingRow finding={{ ...stall, kind: "transfer_slow", severity: "info" }} />);
     expect(screen.getByTestId("finding-transfers-link").getAttribute("href")).toBe("#/transfers");
   });
 });

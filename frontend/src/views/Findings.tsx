@@ -6,7 +6,8 @@ import { usePoll, type Finding } from "../api";
 
 const SEVERITY_COLOR = { critical: "error", warning: "warning", info: "info" } as const;
 // Kinds the Transfers view shows in full (both ends of a transfer, hung collectives).
-const TRANSFER_KINDS = new Set(["transfer_stalled", "transfer_aborted", "collective_stall"]);
+const TRANSFER_KINDS = new Set(["transfer_stalled", "transfer_slow", "transfer_aborted",
+                                "collective_stall"]);
 
 export function FindingRow({ finding }: { finding: Finding }) {
   return (

@@ -67,13 +67,20 @@ function JobLink({ job }: { job: string }) {
   return job ? <Link href={`#/workloads/${job}`} data-testid="transfer-job">{job}</Link> : <>{DASH}</>;
 }
 
+// A transfer's state: stalled, slow (in flight past the agent's report threshold), in flight.
+function transferState(transfer: Transfer): { label: string; color: "error" | "warning" | "default" } {
+  if (transfer.stalled) return { label: "STALLED", color: "error" };
+  if (transfer.slow) return { label: "slow", color: "warning" };
+  return { label: "in flight", color: "default" };
+}
+
 function TransferRow({ transfer, ray }: { transfer: Transfer; ray: string | null }) {
+  const state = transferState(transfer);
   return (
     <TableRow data-testid="transfer" data-stalled={transfer.stalled ? "true" : "false"}
       sx={{ background: transfer.stalled ? "#ffebee" : undefined }}>
       <TableCell>
-        <Chip size="small" color={transfer.stalled ? "error" : "default"}
-          label={transfer.stalled ? "STALLED" : "in flight"} data-testid="transfer-state" />
+        <Chip size="small" color={state.color} label={state.label} data-testid="transfer-state" />
       </TableCell>
       <TableCell align="right" data-testid="transfer-age">{duration(transfer.age_s)}</TableCell>
       <TableCell><JobLink job={transfer.job_id} /></TableCell>
@@ -130,9 +137,10 @@ export function TransfersView({ filter, refreshMs, ray }: {
       </Stack>
       <Typography variant="body2" color="text.secondary" data-testid="transfers-pairing">
         {pairing
-          ? `Paired by the agent on ${pairing}. A transfer is stalled once in flight past the `
-            + "agent's threshold (10 s by default); Ray aborts it at its timeout (60 s by "
-            + "default) by killing both actors."
+          ? `Paired by the agent on ${pairing}. A transfer is slow once in flight past the `
+            + "agent's report threshold (1 s by default), stalled past its stall threshold "
+            + "(10 s by default); Ray aborts it at its timeout (60 s by default) by killing "
+            + "both actors."
           : "No agent pairs this cluster's transfers (the head node's agent does by default: "
             + "see docs/transfers.md)."}
         {data.dropped > 0 && ` ${data.dropped} more in flight are counted but not listed.`}
