@@ -70,6 +70,17 @@ def test_a_young_transfer_is_in_flight_not_stalled():
     assert not transfer.stalled
 
 
+def test_a_transfer_past_the_report_threshold_is_slow():
+    ages = {age: pair_transfers(stalled_shape(age), NOW, stall_after_s=10, report_after_s=3)[0]
+            for age in (0.01, 2.9, 3.0, 8, 12)}
+    assert {age: (t.slow, t.stalled) for age, t in ages.items()} == {
+        0.01: (False, False), 2.9: (False, False), 3.0: (True, False), 8: (True, False),
+        12: (True, True)}
+    # a report threshold above the stall one: a stalled transfer is still slow
+    (late,) = pair_transfers(stalled_shape(12), NOW, stall_after_s=10, report_after_s=30)
+    assert late.stalled and late.slow
+
+
 def test_direction_from_the_consumer_even_when_created_in_the_other_order():
     tasks = [task("recv", CONSUMER, NOW - 5), task("send", PRODUCER, NOW - 4.9, NOW - 4.9),
              task("consume", CONSUMER, NOW - 5, NOW - 5, name="Consumer.consume")]
@@ -270,6 +281,16 @@ def test_refresher_reports_calls_pairs_on_the_head_and_counts_aborts():
     assert [c.task.task_id for c in first.rdt_calls] == ["send"]  # only this node's actor
     (transfer,) = first.transfers
     assert transfer.stalled and first.pairs_transfers
+    # the agent's --transfer-report-after decides which transfers are slow
+    ray.tasks = [replace(t, created_at=t.created_at + 8,
+                         started_at=None if t.started_at is None else t.started_at + 8)
+                 for t in shape]  # 4 s old
+    for report_after_s, slow in [(3.0, True), (5.0, False)]:
+        watcher = AttributionRefresher(lambda: ray, transfers=TransferSettings(
+            stall_after_s=10, report_after_s=report_after_s))
+        (young,) = watcher.refresh().transfers
+        assert (young.slow, young.stalled) == (slow, False), report_after_s
+    ray.tasks = shape
     ray.tasks, ray.states = [], {PRODUCER: "DEAD", CONSUMER: "DEAD"}
     assert refresher.refresh().transfer_aborts == {"01000000": 1}
     ray.node = replace(ray.node, is_head=False)
