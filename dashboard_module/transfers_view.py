@@ -2,7 +2,7 @@
 
 The agent on the head node pairs the whole cluster's transfers (docs/transfers.md)
 and its node view carries them compactly (exporter/node_transfers.py): each
-transfer's job, start, stall flag and both ends. Here, once per round, they are
+transfer's job, start, slow and stall flags and both ends. Here, once per round, they are
 joined with the rest of the cluster: each end gets the node it runs on (from its
 task, else from where its actor holds devices), that node's hostname, and the
 devices its actor holds (index and model, from the holders of every node: the
