@@ -36,7 +36,7 @@ from .timeline import counter_signal, gauge_signal, midpoints
 from .vendors import LinkFacts, Numa, VendorRecorder
 
 GAUGES: tuple[Row, ...] = (
-    (m.GPU_UTILIZATION, {"task": "general"}, "gfx_activity_percent", 100),
+    (m.GPU_UTILIZATION, {"task": m.TASK_GENERAL}, "gfx_activity_percent", 100),
     (m.MEMORY_BANDWIDTH_UTILIZATION, {}, "umc_activity_percent", 100),
     (m.GPU_UTILIZATION, {"task": "multimedia"}, "mm_activity_percent", 100),
     (m.MEMORY_USAGE, {}, "vram_used_mb", 1 / MIB),
@@ -44,8 +44,8 @@ GAUGES: tuple[Row, ...] = (
     (m.TEMPERATURE, {"sensor": "edge"}, "temperature_edge_c", 1),
     (m.TEMPERATURE, {"sensor": "hotspot"}, "temperature_hotspot_c", 1),
     (m.TEMPERATURE, {"sensor": "memory"}, "temperature_vram_c", 1),
-    (m.CLOCK_FREQUENCY, {"clock": "sm"}, "clock_gfx_mhz", 1 / MHZ),
-    (m.CLOCK_FREQUENCY, {"clock": "memory"}, "clock_mem_mhz", 1 / MHZ),
+    (m.CLOCK_FREQUENCY, {"clock": m.CLOCK_SM}, "clock_gfx_mhz", 1 / MHZ),
+    (m.CLOCK_FREQUENCY, {"clock": m.CLOCK_MEMORY}, "clock_mem_mhz", 1 / MHZ),
 )
 PARTITION_GAUGES = tuple(row for row in GAUGES if row[2] in (
     "gfx_activity_percent", "umc_activity_percent", "vram_used_mb"))
@@ -54,8 +54,8 @@ FIXED: tuple[Row, ...] = (
     (m.POWER_LIMIT, {}, "power_cap_w", 1),
     *max_clocks("max_clock_gfx_mhz", "max_clock_mem_mhz"),
 )
-ERROR_COUNTS = {"ecc_corrected": "ecc_correctable", "ecc_uncorrected": "ecc_uncorrectable",
-                "ecc_deferred": "ecc_deferred", "pcie_replay": "pcie_replay"}
+ERROR_COUNTS = {m.ECC_CORRECTED: "ecc_correctable", m.ECC_UNCORRECTED: "ecc_uncorrectable",
+                m.ECC_DEFERRED: "ecc_deferred", m.PCIE_REPLAY: "pcie_replay"}
 # facts -> scenario keys, as the backend's discovery read them
 FACT_KEYS = (("architecture", "target_graphics_version"), ("driver_version", "driver_version"),
              ("compute_partition", "compute_partition"), ("memory_partition", "memory_partition"))
@@ -65,7 +65,7 @@ LIMITERS = tuple(reason for _, reason in XCC_RESIDENCY if reason != "any")
 # Residencies count whole accumulator ticks (about 100 a second): a 1 s ratio is good to
 # about a percent, and keyframes finer than that would follow the tick jitter.
 RESIDENCY_RESOLUTION = 1.0
-PROCESS_ENGINES = (("sm", "gfx_percent"), ("encoder", "enc_percent"))
+PROCESS_ENGINES = ((m.ENGINE_SM, "gfx_percent"), (m.ENGINE_ENCODER, "enc_percent"))
 # The sampling calls a hung GPU's replay hangs: the first the agent makes of each probe.
 HUNG_CALLS = ("amdsmi_get_gpu_activity", "amdsmi_get_gpu_vram_usage",
               "amdsmi_get_gpu_metrics_info", "amdsmi_get_power_info", "amdsmi_get_temp_metric",
@@ -166,7 +166,7 @@ def _xgmi(out: dict[str, Any], series: DeviceSeries, link_facts: LinkFacts) -> N
         up = series.points.get(("l", XGMI, index, m.LINK_UP, ()))
         if up:
             link["state"] = bool(up[-1][1])
-        for direction, key in (("receive", "read_kb"), ("transmit", "write_kb")):
+        for direction, key in ((m.RECEIVE, "read_kb"), (m.TRANSMIT, "write_kb")):
             points = series.points.get(("l", XGMI, index, m.LINK_IO,
                                         (("direction", direction),)))
             put(link, key, counter_signal(points or [], scale=1 / KB))

@@ -22,12 +22,12 @@ from .vendors import LinkFacts, Numa, VendorRecorder
 
 SECTION = "gaudi"
 GAUGES: tuple[Row, ...] = (
-    (m.GPU_UTILIZATION, {"task": "general"}, "utilization_percent", 100),
+    (m.GPU_UTILIZATION, {"task": m.TASK_GENERAL}, "utilization_percent", 100),
     (m.MEMORY_BANDWIDTH_UTILIZATION, {}, "memory_utilization_percent", 100),
     (m.MEMORY_USAGE, {}, "memory_used_bytes", 1),
     (m.POWER, {}, "power_mw", 1000),
-    (m.PCIE_THROUGHPUT, {"direction": "transmit"}, "pcie_tx_bytes_per_s", 1),
-    (m.PCIE_THROUGHPUT, {"direction": "receive"}, "pcie_rx_bytes_per_s", 1),
+    (m.PCIE_THROUGHPUT, {"direction": m.TRANSMIT}, "pcie_tx_bytes_per_s", 1),
+    (m.PCIE_THROUGHPUT, {"direction": m.RECEIVE}, "pcie_rx_bytes_per_s", 1),
 )
 FIXED: tuple[Row, ...] = (
     (m.MEMORY_LIMIT, {}, "memory_total_bytes", 1),
@@ -36,8 +36,8 @@ FIXED: tuple[Row, ...] = (
     (m.REMAPPED_ROWS, {"cause": "correctable"}, "replaced_rows_sbe", 1),
     (m.REMAPPED_ROWS, {"cause": "uncorrectable"}, "replaced_rows_dbe", 1),
 )
-ERROR_COUNTS = {"ecc_corrected": "ecc_corrected", "ecc_uncorrected": "ecc_uncorrected",
-                "pcie_replay": "pcie_replay"}
+ERROR_COUNTS = {m.ECC_CORRECTED: "ecc_corrected", m.ECC_UNCORRECTED: "ecc_uncorrected",
+                m.PCIE_REPLAY: "pcie_replay"}
 # temperature sensor label -> the section's `temperatures_c` key (the AIP is the chip)
 SENSORS = {"gpu": "aip", "board": "board", "memory": "hbm", "vrm": "vrm"}
 CLOCKS = ("soc", "ic", "mme", "tpc")
@@ -71,8 +71,8 @@ def device_scenario(device: Device, series: DeviceSeries, link_facts: LinkFacts,
         m.CLOCK_MAX_FREQUENCY, clock=clock)) is None else round(v / 1e6) for clock in CLOCKS})
     _named(out, "throttle", {key: gauge_signal(series.device(
         m.THROTTLE_ACTIVE, reason=reason), step=True) for reason, key in THROTTLE.items()})
-    generation = series.last(m.PCIE_GENERATION, state="current")
-    width = series.last(m.PCIE_WIDTH, state="current")
+    generation = series.last(m.PCIE_GENERATION, state=m.PCIE_CURRENT)
+    width = series.last(m.PCIE_WIDTH, state=m.PCIE_CURRENT)
     if generation is not None and width is not None:
         out["pcie_link"] = {"gen": int(generation), "width": int(width)}
     _nic(out, series, link_facts)
@@ -100,7 +100,7 @@ def _nic(out: dict[str, Any], series: DeviceSeries, link_facts: LinkFacts) -> No
         nic["external"] = external
     if down:
         nic["down"] = down
-    for direction, key in (("transmit", "tx_bytes"), ("receive", "rx_bytes")):
+    for direction, key in ((m.TRANSMIT, "tx_bytes"), (m.RECEIVE, "rx_bytes")):
         counted = next((points for p in ports if p not in down and (points := series.points.get(
             ("l", ROCE, p, m.LINK_IO, (("direction", direction),))))), None)
         put(nic, key, counter_signal(counted) if counted else None)

@@ -39,15 +39,15 @@ from .vendors import VendorRecorder
 
 MHZ = 1e6
 GAUGES: tuple[Row, ...] = (
-    (m.GPU_UTILIZATION, {"task": "general"}, "utilization_gpu_percent", 100),
+    (m.GPU_UTILIZATION, {"task": m.TASK_GENERAL}, "utilization_gpu_percent", 100),
     (m.MEMORY_BANDWIDTH_UTILIZATION, {}, "utilization_memory_percent", 100),
-    (m.GPU_UTILIZATION, {"task": "encoder"}, "encoder_percent", 100),
-    (m.GPU_UTILIZATION, {"task": "decoder"}, "decoder_percent", 100),
+    (m.GPU_UTILIZATION, {"task": m.TASK_ENCODER}, "encoder_percent", 100),
+    (m.GPU_UTILIZATION, {"task": m.TASK_DECODER}, "decoder_percent", 100),
     (m.MEMORY_USAGE, {}, "memory_used_bytes", 1),
     (m.POWER, {}, "power_mw", 1000),
     (m.TEMPERATURE, {"sensor": "gpu"}, "temperature_c", 1),
-    (m.CLOCK_FREQUENCY, {"clock": "sm"}, "clock_sm_mhz", 1 / MHZ),
-    (m.CLOCK_FREQUENCY, {"clock": "memory"}, "clock_memory_mhz", 1 / MHZ),
+    (m.CLOCK_FREQUENCY, {"clock": m.CLOCK_SM}, "clock_sm_mhz", 1 / MHZ),
+    (m.CLOCK_FREQUENCY, {"clock": m.CLOCK_MEMORY}, "clock_memory_mhz", 1 / MHZ),
     (m.PERFORMANCE_STATE, {}, "performance_state", 1),
 )
 STEP_KEYS = frozenset({"performance_state"})
@@ -57,8 +57,8 @@ FIXED: tuple[Row, ...] = (
     (m.POWER_LIMIT, {}, "power_limit_mw", 1000),
     *max_clocks("max_clock_sm_mhz", "max_clock_memory_mhz"),
 )
-ERROR_COUNTS = {"ecc_corrected": "ecc_corrected", "ecc_uncorrected": "ecc_uncorrected",
-                "pcie_replay": "pcie_replay"}
+ERROR_COUNTS = {m.ECC_CORRECTED: "ecc_corrected", m.ECC_UNCORRECTED: "ecc_uncorrected",
+                m.PCIE_REPLAY: "pcie_replay"}
 _GPM_NAME_BY_ID = {number: name for name, number in GPM_METRICS.items()}
 _TOPOLOGY_LEVELS = {text: level for level, text in PCIE_LEVELS.items()}
 _P2P_NAMES = {text: name.removeprefix("NVML_P2P_STATUS_")
@@ -250,8 +250,8 @@ def _step_of_names(points: list[tuple[float, Any]]) -> Any:
     return {"keyframes": [[round(t, 3), v] for t, v in frames], "interpolate": "step"}
 
 
-PROCESS_ENGINES = (("sm", "sm_percent"), ("memory", "memory_percent"),
-                   ("encoder", "encoder_percent"), ("decoder", "decoder_percent"))
+PROCESS_ENGINES = ((m.ENGINE_SM, "sm_percent"), (m.ENGINE_MEMORY, "memory_percent"),
+                   (m.ENGINE_ENCODER, "encoder_percent"), (m.ENGINE_DECODER, "decoder_percent"))
 
 
 def topology_of(device: Device, numa: Mapping[str, int | None]) -> dict[str, Any]:

@@ -67,5 +67,5 @@ def energy_start(series: DeviceSeries, units_per_joule: float) -> int | None:
 
 def max_clocks(sm_key: str, memory_key: str) -> tuple[Row, Row]:
     """The rows of a device's maximum compute (SM, GFX) and memory clocks, in MHz."""
-    return ((m.CLOCK_MAX_FREQUENCY, {"clock": "sm"}, sm_key, 1e-6),
-            (m.CLOCK_MAX_FREQUENCY, {"clock": "memory"}, memory_key, 1e-6))
+    return ((m.CLOCK_MAX_FREQUENCY, {"clock": m.CLOCK_SM}, sm_key, 1e-6),
+            (m.CLOCK_MAX_FREQUENCY, {"clock": m.CLOCK_MEMORY}, memory_key, 1e-6))

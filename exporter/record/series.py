@@ -63,12 +63,13 @@ class DeviceSeries:
 
     def pcie_link(self) -> dict[str, int] | None:
         """The scenario's `pcie_link` (generation and width, current and max), if all read."""
-        gen = {state: self.last(m.PCIE_GENERATION, state=state) for state in ("current", "max")}
-        width = {state: self.last(m.PCIE_WIDTH, state=state) for state in ("current", "max")}
+        states = (m.PCIE_CURRENT, m.PCIE_MAX)
+        gen = {state: self.last(m.PCIE_GENERATION, state=state) for state in states}
+        width = {state: self.last(m.PCIE_WIDTH, state=state) for state in states}
         if None in gen.values() or None in width.values():
             return None
-        return {"gen_current": int(gen["current"]), "gen_max": int(gen["max"]),
-                "width_current": int(width["current"]), "width_max": int(width["max"])}
+        return {"gen_current": int(gen[m.PCIE_CURRENT]), "gen_max": int(gen[m.PCIE_MAX]),
+                "width_current": int(width[m.PCIE_CURRENT]), "width_max": int(width[m.PCIE_MAX])}
 
     def matching(self, kind: str, metric: str) -> Iterable[tuple[SeriesKey, Points]]:
         """(key, points) of every series of one kind ("d", "l", "p") and metric."""

@@ -125,7 +125,7 @@ def errors(amd: DeviceCalls, handle: Any) -> Iterator[Reading]:
     counts = amd.call("amdsmi_get_gpu_total_ecc_count", handle)
     for key, error_type in (("correctable_count", m.ECC_CORRECTED),
                             ("uncorrectable_count", m.ECC_UNCORRECTED),
-                            ("deferred_count", "ecc_deferred")):
+                            ("deferred_count", m.ECC_DEFERRED)):
         count = field(counts, key)
         if count is not None:
             yield reading(m.HW_ERRORS, count, error_type=error_type)

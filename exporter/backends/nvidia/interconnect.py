@@ -43,10 +43,12 @@ _REMOTE_TYPES = {
 _NVLINK_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
     (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, m.LINK_IO, (("direction", m.TRANSMIT),), KIB),
     (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, m.LINK_IO, (("direction", m.RECEIVE),), KIB),
-    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, m.LINK_ERRORS, (("error_type", "crc"),), 1),
-    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, m.LINK_ERRORS, (("error_type", "replay"),), 1),
-    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, m.LINK_ERRORS, (("error_type", "recovery"),),
-     1),
+    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, m.LINK_ERRORS,
+     (("error_type", m.LINK_ERROR_CRC),), 1),
+    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, m.LINK_ERRORS,
+     (("error_type", m.LINK_ERROR_REPLAY),), 1),
+    (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, m.LINK_ERRORS,
+     (("error_type", m.LINK_ERROR_RECOVERY),), 1),
 )
 _PCIE_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
     (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, m.LINK_IO, (("direction", m.TRANSMIT),), 1),

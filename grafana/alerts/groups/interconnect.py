@@ -166,6 +166,6 @@ def _link_errors(config: AlertConfig) -> Rule:
                    "if your links report steady low rates."),
         thresholds=("link_error_window", "link_error_burst"),
         **split(increased(t.link_error_window,
-                   lambda v: (series(m.LINK_ERRORS, link, v, error_type="replay"),),
+                   lambda v: (series(m.LINK_ERRORS, link, v, error_type=m.LINK_ERROR_REPLAY),),
                    start=5, jump=2 * burst + 1, small_jump=burst / 2)),
     )
