@@ -114,13 +114,14 @@ def _percent(value: float | None) -> str:
 def holder_table(snapshot: NodeSnapshot) -> str:
     """Who holds which device, and whether they use it, as text."""
     from ..exporter.attribution.join import allocations
-    from ..exporter.catalog import GPU_UTILIZATION
+    from ..exporter.catalog import GPU_UTILIZATION, TASK_GENERAL
 
     parts = Counter(s.device.parent_uuid for s in snapshot.devices if s.device.parent_uuid)
     rows = [f"{'dev':<4}{'util':>6}  {'holder':<28}{'job':<10}{'share':>6}  state"]
     for sample in snapshot.devices:
         util = next((r.value for r in sample.readings
-                     if r.metric == GPU_UTILIZATION and r.labels == (("task", "general"),)), None)
+                     if r.metric == GPU_UTILIZATION
+                     and r.labels == (("task", TASK_GENERAL),)), None)
         found = allocations(sample, snapshot.holders)
         if not found:
             # Ray allocates a split device (MIG, NeuronCores) by its parts, listed on their own
