@@ -7,7 +7,8 @@
   cannot be read back from it;
 - serial numbers become `SERIAL-<n>` by device position, pids `1000 + n` by
   first appearance, the same pid always the same placeholder within a file;
-- hostnames and Ray identities are never written (the scenario has no key for them).
+- a TPU slice's name becomes `slice-0`; hostnames and Ray identities are never
+  written (the scenario has no key for them).
 PCI bus ids, NUMA nodes and CPU affinity are kept: topology needs them.
 """
 
@@ -43,6 +44,9 @@ def scrub(scenario: dict[str, Any]) -> dict[str, Any]:
         fabric = device.get("fabric")
         if fabric and "cluster_uuid" in fabric:
             fabric["cluster_uuid"] = placeholder_uuid(fabric["cluster_uuid"])
+    tpu = scenario.get("tpu") or {}
+    if tpu.get("slice_name"):  # the user's own name for the slice, like a hostname
+        tpu["slice_name"] = "slice-0"
     for position, card in enumerate((scenario.get("gaudi") or {}).get("devices", [])):
         card["uuid"] = placeholder_uuid(card["uuid"])
         if "serial" in card:

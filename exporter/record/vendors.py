@@ -8,7 +8,7 @@ vendor-neutral parts (frames, series, timeline, events, privacy) serve all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +36,16 @@ class VendorRecorder:
     call_prefix: str  # the vendor library's function names: what error rules may name
     absent_kinds: frozenset[str]  # failure kinds that are an absent key, not a fault
     hung_calls: tuple[str, ...]  # the sampling calls a stale device's replay hangs
-    # the family's own scenario section ("gaudi"), holding its devices, errors and versions;
-    # None: its devices are the scenario's `devices`, its versions top-level keys
+    # the family's own scenario section ("gaudi", "tpu"), holding its devices (under
+    # `devices_key`), errors and versions; None: its devices are the scenario's `devices`,
+    # its versions top-level keys
     section: str | None = None
+    devices_key: str = "devices"
+    # a section's keys about the whole host, from its devices, their series and the
+    # backend's facts (TPU: the slice, the latencies)
+    host_keys: Callable[[Sequence[Device], Sequence[DeviceSeries], Mapping[str, str]],
+                        dict[str, Any]] | None = None
+    records_errors: bool = True  # whether failing calls become the section's error rules
 
     def identified(self, device: Device) -> bool:
         """A physical device whose discovery finished (not a placeholder of one that had not)."""

@@ -1,0 +1,102 @@
+"""A TPU host's recorded series -> the scenario's `tpu` section, in libtpu's units.
+
+Per chip: its PCI bus id, NUMA node, HBM total and in use (bytes), duty cycle,
+HBM bandwidth and (from the GKE device plugin) tensor-core utilization
+(percent). For the host: the slice facts Ray's TPU labels come from, whether
+the device plugin was read, and each latency distribution as the p50 the
+backend reported: `latency_us` puts 90 % of a distribution's observations in
+that value's bucket, so the replay reports the same percentiles; libtpu's
+observation counts are not read, and percentiles do not depend on them, so
+each distribution counts one observation a second. Processes (whoever holds a
+chip's device file) and failing metrics are not part of the section.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import catalog as m
+from ..model import Device
+from .scenario_keys import Row, put_gauges, put_last
+from .series import DeviceSeries
+from .timeline import gauge_signal
+from .vendors import LinkFacts, Numa, VendorRecorder
+
+SECTION = "tpu"
+GAUGES: tuple[Row, ...] = (
+    (m.MEMORY_USAGE, {}, "hbm_used_bytes", 1),
+    (m.GPU_UTILIZATION, {"task": "general"}, "duty_cycle_percent", 100),
+    (m.MEMORY_BANDWIDTH_UTILIZATION, {}, "hbm_bandwidth_percent", 100),
+    (m.TENSORCORE_UTILIZATION, {}, "tensorcore_utilization_percent", 100),
+)
+FIXED: tuple[Row, ...] = ((m.MEMORY_LIMIT, {}, "hbm_total_bytes", 1),)
+# the section's latency keys by the series the backend exports them as
+LATENCIES: tuple[tuple[str, dict[str, str], str], ...] = (
+    (m.COLLECTIVE_LATENCY, {"quantile": "0.5"}, "collective_e2e"),
+    (m.TRANSFER_LATENCY, {"path": "dcn_outbound", "quantile": "0.5"}, "dcn_outbound"),
+    (m.TRANSFER_LATENCY, {"path": "dcn_inbound", "quantile": "0.5"}, "dcn_inbound"),
+    (m.TRANSFER_LATENCY, {"path": "host_to_device", "quantile": "0.5"}, "host_to_device"),
+    (m.TRANSFER_LATENCY, {"path": "device_to_host", "quantile": "0.5"}, "device_to_host"),
+)
+# device fact -> section key (the slice Ray's TPU node labels describe)
+SLICE_FACTS = (("accelerator_type", "accelerator_type"), ("tpu_slice_name", "slice_name"),
+               ("tpu_topology", "topology"))
+COUNTED_PER_S = 1  # observations a recorded distribution counts (see the module docstring)
+# A percentile is interpolated within its (doubling) bucket from one interval's few
+# observations: it wanders by some percent from cycle to cycle; keyframes follow 5 %.
+LATENCY_TOLERANCE = 0.05
+
+
+def chip_scenario(device: Device, series: DeviceSeries, link_facts: LinkFacts,
+                  interval_s: float, children: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `tpu.chips` entry of one recorded chip."""
+    out: dict[str, Any] = {"pci_bus_id": device.pci_bus_id}
+    if device.facts.get("numa_node", "").isdigit():
+        out["numa_node"] = int(device.facts["numa_node"])
+    put_last(out, series, FIXED)
+    put_gauges(out, series, GAUGES)
+    return out
+
+
+def host_keys(devices: Sequence[Device], series: Sequence[DeviceSeries],
+              facts: Mapping[str, str]) -> dict[str, Any]:
+    """The section's host keys: slice facts, device files, device plugin, latencies."""
+    first = devices[0].facts
+    keys: dict[str, Any] = {key: first[fact] for fact, key in SLICE_FACTS if first.get(fact)}
+    if first.get("tpu_worker_id", "").isdigit():
+        keys["worker_id"] = int(first["tpu_worker_id"])
+    device_file = first.get("device_file", "")
+    keys["device_files"] = "accel" if os.path.basename(device_file).startswith("accel") \
+        else "vfio"
+    keys["device_plugin"] = bool(facts.get("device_plugin"))
+    latencies = {}
+    for metric, labels, key in LATENCIES:
+        points = series[0].device(metric, **labels)
+        if points:
+            latencies[key] = {"count": {"rate_per_s": COUNTED_PER_S},
+                              "latency_us": gauge_signal([(t, v * 1e6) for t, v in points],
+                                                         relative=LATENCY_TOLERANCE)}
+    if latencies:
+        keys["latencies"] = latencies
+    return keys
+
+
+def no_children(device: Device, series: DeviceSeries, interval_s: float) -> dict[str, Any]:
+    raise TypeError(f"a TPU chip has no child devices: {device.uuid}")
+
+
+def no_peer_keys(device: Device, numa: Numa) -> dict[str, Any]:
+    """The section has no topology keys."""
+    return {}
+
+
+def no_versions(facts: Mapping[str, str]) -> dict[str, Any]:
+    return {}
+
+
+RECORDER = VendorRecorder(
+    vendor="google", device=chip_scenario, child=no_children, peers=no_peer_keys,
+    top_level=no_versions, call_prefix="", absent_kinds=frozenset(), hung_calls=(),
+    section=SECTION, devices_key="chips", host_keys=host_keys, records_errors=False)
