@@ -30,20 +30,24 @@ from ray_accel.exporter.simulate.amd_scenario import vendor_of
 from ray_accel.exporter.store import SnapshotStore
 
 STALE_AT_ENV = "RECORD_ROUNDTRIP_STALE_AT_S"
-MAX_CYCLES = 6
+MAX_CYCLES = 8
+QUIET_CYCLES = 2  # on a loaded machine a device can be late for a cycle, its GPM with it
 
 
 def backends_of(scenario: dict[str, Any]) -> list[str]:
-    """The backends reading the scenario's devices: "nvidia", "amd", "gaudi"."""
+    """The backends reading the scenario's devices: "nvidia", "amd", "gaudi", "tpu"."""
     found = {vendor_of(device) for device in scenario["devices"]}
     if (scenario.get("gaudi") or {}).get("devices"):
         found.add("gaudi")
+    if (scenario.get("tpu") or {}).get("chips"):
+        found.add("tpu")
     return sorted(found)
 
 
 def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
               t: float) -> dict[str, float]:
-    """Every series of an agent reading `scenario` frozen at t (two cycles merged)."""
+    """Every series of an agent reading `scenario` frozen at t (its cycles merged, from two
+    until two in a row bring no series the others lacked)."""
     frozen = copy.deepcopy(scenario)
     frozen["freeze_at_s"] = t
     hardware.update(frozen)
@@ -51,15 +55,23 @@ def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
     found: dict[str, float] = {}
     try:
         # Two cycles (GPM needs two samples), and more while a busy CPU leaves some
-        # device's bounded discovery unfinished (a placeholder stands for it).
+        # device's bounded discovery unfinished (a placeholder stands for it), a device
+        # down, or series still to come (a device late for a cycle; Gaudi NIC counters,
+        # read a few ports a cycle within a time budget).
+        quiet = 0  # cycles in a row that added no series
         for cycle in range(MAX_CYCLES):
+            known = len(found)
             samples = sampler.run_cycle().devices
             for sample in samples:
                 for key, value in series_of(sample):
                     found[json.dumps([sample.device.uuid, *key])] = value
                 found[json.dumps([sample.device.uuid, "up"])] = float(sample.up)
             placeholders = [s.device.uuid for s in samples if s.device.model == "unknown"]
-            if cycle >= 1 and not placeholders:
+            # a device down may be one whose library did not answer in time (a TPU
+            # runtime's RPC on a loaded machine): it is given the cycles left to answer
+            answered = all(s.up for s in samples)
+            quiet = quiet + 1 if len(found) == known and answered else 0
+            if cycle >= 1 and not placeholders and quiet >= QUIET_CYCLES:
                 break
             for uuid in placeholders:
                 found.pop(json.dumps([uuid, "up"]), None)
@@ -112,7 +124,7 @@ def main(source: str, duration_s: float, out: str, times: list[float]) -> None:
         result.setdefault("gaps", {})[str(t)] = gap
         for side, around in (("-1", -gap), ("+0", 0.0), ("+1", gap)):
             result["original"][f"{t}{side}"] = series_at(hardware, original,
-                                                         offset_s + t + around)
+                                                         max(offset_s + t + around, 0.0))
         result["replay"][str(t)] = series_at(hardware, replay, t)
     result["compare_s"] = time.monotonic() - started
     if STALE_AT_ENV in os.environ:  # a hang: which devices stay stale at that time

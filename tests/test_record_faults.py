@@ -29,8 +29,8 @@ from ray_accel.exporter.simulate import load_scenario
 HELPER = pathlib.Path(__file__).with_name("record_roundtrip.py")
 DURATION_S = 16
 # Recording times; the scenario's are later by when the recording started (offset_s,
-# a second or two on a busy machine): the windows leave room for up to 4 s of it.
-BEFORE_S, INSIDE_S, AFTER_S, HUNG_S = 0.5, 6.0, 14.0, 12.0
+# a second or two on a busy machine): the windows leave room for up to 3.5 s of it.
+BEFORE_S, INSIDE_S, AFTER_S, HUNG_S = 1.5, 6.0, 14.0, 12.0
 WINDOW_TOLERANCE_S = 1.5
 PROCESS = {"pid": 4242, "used_memory_bytes": 2**30, "from_s": 5, "until_s": 11}
 LOST_S = 12.0
