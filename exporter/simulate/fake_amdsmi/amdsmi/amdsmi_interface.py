@@ -16,7 +16,6 @@ limits), so that ``amdsmi.amdsmi_interface.X`` answers what the real one does.
 
 from __future__ import annotations
 
-from . import amdsmi_wrapper
 from ._interface_devices import (
     amdsmi_get_gpu_asic_info,
     amdsmi_get_gpu_compute_partition,
@@ -77,7 +76,6 @@ from ._interface_types import (
     AmdSmiTemperatureType,
     processor_handle,
 )
-from .amdsmi_exception import AmdSmiBdfFormatException, AmdSmiParameterException
 
 __all__ = [
     "AMDSMI_MAX_NUM_JPEG_ENG_V1",
@@ -86,13 +84,11 @@ __all__ = [
     "AMDSMI_MAX_NUM_XCP",
     "AMDSMI_MAX_NUM_XGMI_LINKS",
     "MAX_NUM_PROCESSES",
-    "AmdSmiBdfFormatException",
     "AmdSmiClkType",
     "AmdSmiComputePartitionType",
     "AmdSmiInitFlags",
     "AmdSmiLinkType",
     "AmdSmiMemoryPartitionType",
-    "AmdSmiParameterException",
     "AmdSmiProcessorType",
     "AmdSmiTemperatureMetric",
     "AmdSmiTemperatureType",
@@ -129,6 +125,5 @@ __all__ = [
     "amdsmi_topo_get_link_type",
     "amdsmi_topo_get_link_weight",
     "amdsmi_topo_get_numa_node_number",
-    "amdsmi_wrapper",
     "processor_handle",
 ]
