@@ -3,6 +3,7 @@ board-level queries, live processes' load and amdsmi's BDF form."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any
 
@@ -17,6 +18,14 @@ NA = "N/A"
 def check_enum(value: Any, enum: type[IntEnum]) -> None:
     if not isinstance(value, enum):
         raise AmdSmiParameterException(value, enum)
+
+
+def required(found: Mapping[str, Any], key: str) -> Any:
+    """The scenario's value of `key`; NOT_SUPPORTED, as amdsmi answers, when it is undefined."""
+    value = found.get(key)
+    if value is None:
+        raise not_supported()
+    return value
 
 
 def optional_int(target: Target, key: str) -> Any:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from ray_accel.exporter.simulate.checks import normalize_pci_bus_id
 
 from . import amdsmi_wrapper
-from ._interface_common import NA, amdsmi_bdf
+from ._interface_common import NA, amdsmi_bdf, required
 from ._interface_types import AmdSmiInitFlags, AmdSmiProcessorType
-from ._simulation import SIMULATION, handle_value, library_error, not_supported
+from ._simulation import SIMULATION, handle_value, library_error
 from .amdsmi_exception import AmdSmiBdfFormatException, AmdSmiParameterException
 
 _DEFAULT_LIB_VERSION = "25.5.1"
@@ -65,17 +65,13 @@ def amdsmi_get_processor_type(processor_handle):
 
 def amdsmi_get_gpu_device_uuid(processor_handle):
     target = SIMULATION.enter("amdsmi_get_gpu_device_uuid", processor_handle)
-    uuid = (target.partition or target.device).get("uuid")
-    if uuid is None:
-        raise not_supported()
+    uuid = required(target.partition or target.device, "uuid")
     return uuid
 
 
 def amdsmi_get_gpu_device_bdf(processor_handle):
     target = SIMULATION.enter("amdsmi_get_gpu_device_bdf", processor_handle)
-    bus_id = target.device.get("pci_bus_id")
-    if bus_id is None:
-        raise not_supported()
+    bus_id = required(target.device, "pci_bus_id")
     return amdsmi_bdf(bus_id)
 
 
@@ -119,15 +115,11 @@ def amdsmi_get_gpu_kfd_info(processor_handle):
 
 def amdsmi_get_gpu_compute_partition(processor_handle):
     target = SIMULATION.enter("amdsmi_get_gpu_compute_partition", processor_handle)
-    mode = target.device.get("compute_partition")
-    if mode is None:
-        raise not_supported()
+    mode = required(target.device, "compute_partition")
     return mode.upper()
 
 
 def amdsmi_get_gpu_memory_partition(processor_handle):
     target = SIMULATION.enter("amdsmi_get_gpu_memory_partition", processor_handle)
-    mode = target.device.get("memory_partition")
-    if mode is None:
-        raise not_supported()
+    mode = required(target.device, "memory_partition")
     return mode.upper()

@@ -8,7 +8,7 @@ from typing import Any
 
 from ray_accel.exporter.simulate.signals import counter_at, integral, value_at
 
-from ._interface_common import NA, board_target, optional_int, with_process_load
+from ._interface_common import NA, board_target, optional_int, required, with_process_load
 from ._interface_types import (
     AMDSMI_MAX_NUM_JPEG_ENG_V1,
     AMDSMI_MAX_NUM_VCN,
@@ -16,7 +16,7 @@ from ._interface_types import (
     AMDSMI_MAX_NUM_XCP,
     AMDSMI_MAX_NUM_XGMI_LINKS,
 )
-from ._simulation import SIMULATION, not_supported
+from ._simulation import SIMULATION
 
 _TICKS_PER_S = 100  # the simulated SMU advances its accumulation_counter every 10 ms
 # what the scenario's xcc_clock_below_limit_percent keys feed, in the 1.8 table and violation status
@@ -97,9 +97,7 @@ def _interface() -> str:
 def amdsmi_get_violation_status(processor_handle):
     target = board_target(SIMULATION.enter("amdsmi_get_violation_status", processor_handle))
     device = target.device
-    throttle = device.get("throttle_percent")
-    if throttle is None:
-        raise not_supported()
+    throttle = required(device, "throttle_percent")
     t = SIMULATION.time()
     ticks = _ticks(t)
     status: dict[str, Any] = {"reference_timestamp": int(t * 1e6),

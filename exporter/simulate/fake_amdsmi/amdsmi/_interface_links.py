@@ -8,9 +8,9 @@ from ray_accel.exporter.simulate.checks import normalize_pci_bus_id
 from ray_accel.exporter.simulate.signals import counter_at, value_at
 
 from . import amdsmi_wrapper
-from ._interface_common import NA, amdsmi_bdf, board_target, check_enum
+from ._interface_common import NA, amdsmi_bdf, board_target, check_enum, required
 from ._interface_types import AMDSMI_MAX_NUM_XGMI_LINKS, AmdSmiLinkType
-from ._simulation import SIMULATION, Target, handle_value, library_error, not_supported
+from ._simulation import SIMULATION, Target, handle_value, library_error
 
 _MT_PER_S = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
 
@@ -23,9 +23,7 @@ def _xgmi_peer(source: Target, other: Target) -> bool:
 
 def amdsmi_get_pcie_info(processor_handle):
     target = board_target(SIMULATION.enter("amdsmi_get_pcie_info", processor_handle))
-    link = target.device.get("pcie_link")
-    if link is None:
-        raise not_supported()
+    link = required(target.device, "pcie_link")
     t = SIMULATION.time()
     bandwidth = target.device.get("pcie_bandwidth_mbps")
     replay = target.device.get("pcie_replay")
@@ -51,9 +49,7 @@ def amdsmi_get_pcie_info(processor_handle):
 
 
 def _xgmi_links(target: Target) -> list[Any]:
-    links = target.device.get("xgmi_links")
-    if links is None:
-        raise not_supported()
+    links = required(target.device, "xgmi_links")
     return list(links)
 
 
@@ -118,9 +114,7 @@ def amdsmi_topo_get_link_weight(processor_handle_src, processor_handle_dst):
 
 def amdsmi_topo_get_numa_node_number(processor_handle):
     target = SIMULATION.enter("amdsmi_topo_get_numa_node_number", processor_handle)
-    node = target.device.get("numa_node")
-    if node is None:
-        raise not_supported()
+    node = required(target.device, "numa_node")
     return node
 
 

@@ -13,6 +13,7 @@ from ._interface_common import (
     check_enum,
     optional_int,
     process_load,
+    required,
     with_process_load,
 )
 from ._interface_types import AmdSmiClkType, AmdSmiTemperatureMetric, AmdSmiTemperatureType
@@ -66,18 +67,14 @@ def amdsmi_get_power_info(processor_handle):
 
 def amdsmi_get_power_cap_info(processor_handle):
     target = board_target(SIMULATION.enter("amdsmi_get_power_cap_info", processor_handle))
-    cap = target.device.get("power_cap_w")
-    if cap is None:
-        raise not_supported()
+    cap = required(target.device, "power_cap_w")
     return {"power_cap": cap * 1_000_000, "default_power_cap": cap * 1_000_000, "dpm_cap": 0,
             "min_power_cap": 0, "max_power_cap": cap * 1_000_000}
 
 
 def amdsmi_get_energy_count(processor_handle):
     target = board_target(SIMULATION.enter("amdsmi_get_energy_count", processor_handle))
-    power = target.device.get("socket_power_w")
-    if power is None:
-        raise not_supported()
+    power = required(target.device, "socket_power_w")
     t = SIMULATION.time()
     resolution = ctypes.c_float(target.device.get("energy_resolution_uj")
                                 or _DEFAULT_RESOLUTION_UJ).value

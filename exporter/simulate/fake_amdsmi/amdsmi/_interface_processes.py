@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from ._interface_common import NA
+from ._interface_common import NA, required
 from ._interface_types import MAX_NUM_PROCESSES
-from ._simulation import SIMULATION, not_supported
+from ._simulation import SIMULATION
 
 
 def amdsmi_get_gpu_process_list(processor_handle):
     target = SIMULATION.enter("amdsmi_get_gpu_process_list", processor_handle)
-    processes = (target.partition or target.device).get("processes")
-    if processes is None:
-        raise not_supported()
+    processes = required(target.partition or target.device, "processes")
     seconds = SIMULATION.time()
     found = []
     for process in SIMULATION.live_processes(processes)[:MAX_NUM_PROCESSES]:
