@@ -1,4 +1,4 @@
-"""How a metric is described: the vocabulary every catalog entry is written in.
+"""How a metric is described: the terms every catalog entry is written in.
 
 Kinds, read cadences and scopes (a scope decides the labels every series of it
 carries), the OTel-to-Prometheus name translation, valid ranges and the
