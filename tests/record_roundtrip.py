@@ -32,15 +32,18 @@ from ray_accel.exporter.store import SnapshotStore
 STALE_AT_ENV = "RECORD_ROUNDTRIP_STALE_AT_S"
 MAX_CYCLES = 8
 QUIET_CYCLES = 2  # on a loaded machine a device can be late for a cycle, its GPM with it
+FIRST_DEVICES_S = 30.0  # how long a fresh agent may take to list any device
 
 
 def backends_of(scenario: dict[str, Any]) -> list[str]:
-    """The backends reading the scenario's devices: "nvidia", "amd", "gaudi", "tpu"."""
+    """The backends reading the scenario's devices: "nvidia", "amd", "gaudi", "tpu", "neuron"."""
     found = {vendor_of(device) for device in scenario["devices"]}
     if (scenario.get("gaudi") or {}).get("devices"):
         found.add("gaudi")
     if (scenario.get("tpu") or {}).get("chips"):
         found.add("tpu")
+    if scenario.get("neuron"):
+        found.add("neuron")
     return sorted(found)
 
 
@@ -59,9 +62,15 @@ def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
         # down, or series still to come (a device late for a cycle; Gaudi NIC counters,
         # read a few ports a cycle within a time budget).
         quiet = 0  # cycles in a row that added no series
-        for cycle in range(MAX_CYCLES):
+        listed_by = time.monotonic() + FIRST_DEVICES_S
+        cycle = 0
+        while cycle < MAX_CYCLES:
             known = len(found)
             samples = sampler.run_cycle().devices
+            if not samples and time.monotonic() < listed_by:
+                time.sleep(0.2)  # a backend that lists its devices late (neuron-monitor's
+                continue  # first report comes a period after it starts)
+            cycle += 1
             for sample in samples:
                 for key, value in series_of(sample):
                     found[json.dumps([sample.device.uuid, *key])] = value
@@ -71,7 +80,7 @@ def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
             # runtime's RPC on a loaded machine): it is given the cycles left to answer
             answered = all(s.up for s in samples)
             quiet = quiet + 1 if len(found) == known and answered else 0
-            if cycle >= 1 and not placeholders and quiet >= QUIET_CYCLES:
+            if cycle >= 2 and not placeholders and quiet >= QUIET_CYCLES:
                 break
             for uuid in placeholders:
                 found.pop(json.dumps([uuid, "up"]), None)

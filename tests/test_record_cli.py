@@ -9,6 +9,13 @@ import sys
 
 import pytest
 
+from ray_accel.exporter.model import BackendStatus, Device
+from ray_accel.exporter.record.history import Recording
+from ray_accel.exporter.record.scenario_file import (
+    NothingRecorded,
+    build_scenario,
+    skipped_families,
+)
 from ray_accel.exporter.simulate import load_scenario
 
 CLI = [sys.executable, "-m", "ray_accel.exporter.cli"]
@@ -70,15 +77,15 @@ def test_no_devices_says_so_and_writes_nothing(tmp_path: pathlib.Path) -> None:
     assert not out.exists() and list(tmp_path.iterdir()) == [empty]
 
 
-def test_neuron_devices_are_refused_naming_them(tmp_path: pathlib.Path) -> None:
-    out = tmp_path / "out.json"
-    # long enough for neuron-monitor's first report (1 s period) to list the devices
-    done = _run("record", "--simulate", "trn1-32xl", "--duration", "4", "--out", str(out))
-    assert done.returncode == 1, done.stderr[-2000:]
-    assert "only neuron (" in done.stderr
-    assert "NVIDIA, AMD, Gaudi and TPU devices only" in done.stderr
-    assert "nothing written" in done.stderr
-    assert not out.exists()
+def test_devices_no_recorder_reads_are_refused_naming_them() -> None:
+    # A third-party backend's devices (here a made-up "acme" plug-in): named, not skipped.
+    widget = Device("acme", "0", "acme-0", "Widget 9000")
+    recording = Recording(devices={widget.uuid: widget},
+                          backends=(BackendStatus("acme-widgets", "acme", True, 1),))
+    with pytest.raises(NothingRecorded, match=r"only acme-widgets \(1 device\) found: "
+                                              r"recording reads the NVIDIA, AMD"):
+        build_scenario(recording)
+    assert skipped_families(recording) == {"acme-widgets": 1}
 
 
 def test_amd_node_is_recorded_with_its_partitions(tmp_path: pathlib.Path) -> None:

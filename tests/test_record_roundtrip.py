@@ -1,5 +1,5 @@
-"""Record each shipped NVIDIA, AMD, Gaudi and TPU scenario for a minute, replay it, compare
-every series.
+"""Record each shipped scenario (NVIDIA, AMD, Gaudi, TPU, Neuron) for a minute, replay it,
+compare every series.
 
 Each scenario runs in its own process (tests/record_roundtrip.py), all at once,
 so the module takes about the minute of recording plus the comparisons.
@@ -40,7 +40,7 @@ from ray_accel.exporter.simulate import load_scenario
 
 SCENARIOS = ("hgx-h200", "l4-pcie", "a100-mig", "gpu-lost", "unsupported", "rtx-pro-6000",
              "hgx-b200", "gb200-nvl72?tray=7", "mi300x-8", "mi355x-8", "mixed", "gaudi2-8",
-             "tpu-v5e-8")
+             "tpu-v5e-8", "trn1-32xl")
 DURATION_S = 64
 TIMES = (5.0, 21.0, 40.0, 62.0)
 HELPER = pathlib.Path(__file__).with_name("record_roundtrip.py")
@@ -156,7 +156,8 @@ def test_recorded_file_is_compact(round_trips: dict[str, dict]) -> None:
         scenario = trip["scenario"]
         counts = sorted(_keyframe_counts([*scenario["devices"],
                                           *scenario.get("gaudi", {}).get("devices", []),
-                                          *scenario.get("tpu", {}).get("chips", [])]))
+                                          *scenario.get("tpu", {}).get("chips", []),
+                                          *scenario.get("neuron", {}).get("runtimes", [])]))
         print(f"{source}: {len(counts)} signals, keyframes per signal median "
               f"{counts[len(counts) // 2] if counts else 0}, max {max(counts, default=0)}")
         assert max(counts, default=0) <= DURATION_S + 1, source

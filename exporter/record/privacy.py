@@ -7,8 +7,10 @@
   cannot be read back from it;
 - serial numbers become `SERIAL-<n>` by device position, pids `1000 + n` by
   first appearance, the same pid always the same placeholder within a file;
-- a TPU slice's name becomes `slice-0`; hostnames and Ray identities are never
-  written (the scenario has no key for them).
+- a TPU slice's name becomes `slice-0`, an EC2 instance id (which names Neuron
+  devices) one derived from its hash; Neuron runtimes' pids are replaced like the
+  others; hostnames and Ray identities are never written (the scenario has no key
+  for them).
 PCI bus ids, NUMA nodes and CPU affinity are kept: topology needs them.
 """
 
@@ -44,6 +46,13 @@ def scrub(scenario: dict[str, Any]) -> dict[str, Any]:
         fabric = device.get("fabric")
         if fabric and "cluster_uuid" in fabric:
             fabric["cluster_uuid"] = placeholder_uuid(fabric["cluster_uuid"])
+    neuron = scenario.get("neuron") or {}
+    for runtime in neuron.get("runtimes", []):
+        runtime["pid"] = pids.setdefault(runtime["pid"], PID_BASE + len(pids))
+    instance = neuron.get("instance") or {}
+    if instance.get("instance_id"):  # the cloud's name of the machine (the devices' too)
+        instance["instance_id"] = "i-" + hashlib.sha256(
+            instance["instance_id"].encode()).hexdigest()[:17]
     tpu = scenario.get("tpu") or {}
     if tpu.get("slice_name"):  # the user's own name for the slice, like a hostname
         tpu["slice_name"] = "slice-0"

@@ -3,9 +3,10 @@
 NVIDIA GPUs (with their MIG devices) and AMD GPUs (with their compute
 partitions) are recorded into `devices`, NVIDIA's first so that a device's
 position is its index for error rules of either vendor; Gaudi cards into the
-`gaudi` section, TPU chips into the `tpu` section. Neuron devices are not
-recorded yet: the recording names them in the description, and a node with
-nothing else is refused naming them. The
+`gaudi` section, TPU chips into the `tpu` section, a Neuron node into the
+`neuron` section. A third-party backend's devices are not recorded: the
+recording names them in the description, and a node with nothing else is
+refused naming them. The
 document is checked with the simulator's own `load_scenario` before it is
 returned, so a file `ray-accel record` writes always replays.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from ..model import Device
 from ..simulate.scenario import load_scenario
-from . import amd, gaudi, nvidia, tpu
+from . import amd, gaudi, neuron, nvidia, tpu
 from .events import busy_rules, error_rules, hang_rules, lost_at, xid_events
 from .history import Recording
 from .privacy import scrub
@@ -27,10 +28,10 @@ from .vendors import VendorRecorder
 
 RECORDED_NAME = "recorded"
 RECORDERS: tuple[VendorRecorder, ...] = (nvidia.RECORDER, amd.RECORDER, gaudi.RECORDER,
-                                         tpu.RECORDER)
-# What a node of the families not recorded yet is told.
-NOT_RECORDED = ("recording reads NVIDIA, AMD, Gaudi and TPU devices only so far; write a "
-                "neuron scenario section by hand (docs/simulation.md)")
+                                         tpu.RECORDER, neuron.RECORDER)
+# What a node whose devices no recorder reads (a third-party backend's) is told.
+NOT_RECORDED = ("recording reads the NVIDIA, AMD, Gaudi, TPU and Neuron backends' devices; "
+                "a third-party backend's are not recorded")
 
 
 class NothingRecorded(Exception):
@@ -120,11 +121,15 @@ def _section(recording: Recording, recorder: VendorRecorder,
              series: Mapping[str, DeviceSeries], facts: Mapping[str, str]) -> dict[str, Any]:
     """A family's own section: its versions, devices and error rules (by position in it)."""
     uuids = _physical(recording, recorder)
-    section: dict[str, Any] = {**recorder.top_level(facts), recorder.devices_key: [
-        _device_entry(recording, recorder, uuid, series, [], {}) for uuid in uuids]}
+    section: dict[str, Any] = recorder.top_level(facts)
+    if recorder.devices_key is not None:
+        section[recorder.devices_key] = [_device_entry(recording, recorder, uuid, series, [], {})
+                                         for uuid in uuids]
     if recorder.host_keys is not None:
+        children = {u: [(recording.devices[c], series[c]) for c in _children(recording, u)]
+                    for u in uuids}
         section.update(recorder.host_keys([recording.devices[u] for u in uuids],
-                                          [series[u] for u in uuids], facts))
+                                          [series[u] for u in uuids], facts, children))
     errors = [rule for index, uuid in enumerate(uuids) if recorder.records_errors
               for rule in error_rules(index, series[uuid], recording.interval_s,
                                       recorder.call_prefix, recorder.absent_kinds)]

@@ -61,7 +61,8 @@ def chip_scenario(device: Device, series: DeviceSeries, link_facts: LinkFacts,
 
 
 def host_keys(devices: Sequence[Device], series: Sequence[DeviceSeries],
-              facts: Mapping[str, str]) -> dict[str, Any]:
+              facts: Mapping[str, str],
+              children: Mapping[str, Sequence[tuple[Device, DeviceSeries]]]) -> dict[str, Any]:
     """The section's host keys: slice facts, device files, device plugin, latencies."""
     first = devices[0].facts
     keys: dict[str, Any] = {key: first[fact] for fact, key in SLICE_FACTS if first.get(fact)}

@@ -40,10 +40,12 @@ class VendorRecorder:
     # `devices_key`), errors and versions; None: its devices are the scenario's `devices`,
     # its versions top-level keys
     section: str | None = None
-    devices_key: str = "devices"
-    # a section's keys about the whole host, from its devices, their series and the
-    # backend's facts (TPU: the slice, the latencies)
-    host_keys: Callable[[Sequence[Device], Sequence[DeviceSeries], Mapping[str, str]],
+    devices_key: str | None = "devices"  # None: the section lists no devices one by one
+    # a section's keys about the whole host, from its devices, their series, the backend's
+    # facts and each device's children with theirs (TPU: the slice, the latencies; Neuron:
+    # the node and its runtimes)
+    host_keys: Callable[[Sequence[Device], Sequence[DeviceSeries], Mapping[str, str],
+                         Mapping[str, Sequence[tuple[Device, DeviceSeries]]]],
                         dict[str, Any]] | None = None
     records_errors: bool = True  # whether failing calls become the section's error rules
 
