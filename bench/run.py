@@ -196,6 +196,14 @@ AGGREGATION_BEFORE = {10: ("31.2 ms", "+1.8 MiB", "1.41 ms"),
                       100: ("272 ms", "+27.6 MiB", "56.8 ms"),
                       1000: ("3.9 s", "+154 MiB", "238-489 ms"),
                       10_000: ("36-43 s", "+1,474 MiB", "889 ms")}
+# The summary collector before its rounds' own HTTP client, per-node heatmap rows, shared
+# values and slotted records (same bench, identical copies of the node): nodes -> (round,
+# head CPU per round, memory held, summary / heatmap / node page p99 while rounds ran).
+AGGREGATION_SUMMARIES_BEFORE = {
+    10: ("2.83 s", "0.07 s", "+37 MiB", "2.6 / 2.37 / 40.3 ms"),
+    100: ("3.00 s", "0.14 s", "+43 MiB", "2.44 / 9.98 / 207 ms"),
+    1000: ("3.11 s", "0.66 s", "+93 MiB", "7.52 / 27.3 / 130 ms"),
+    10_000: ("7.70 s", "6.81 s", "+662 MiB", "680 / 1,690 / 903 ms")}
 
 
 def aggregation(results: dict) -> None:
@@ -256,9 +264,11 @@ def aggregation_targets(row: dict) -> list[tuple[bool, str]]:
          f"the 5 s refresh is {cores:.2f} core ({row['cpu_share']:.2f} core measured, its "
          "rounds stretched past the refresh interval)"),
         (held <= 512, f"{at}: held memory at most 512 MiB: {held:+.0f} MiB"),
-        (max(during["summary"]["p99"], during["heatmap"]["p99"]) <= 0.1,
+        (max(during["summary"]["p99"], during["heatmap_columns"]["p99"]) <= 0.1,
          f"{at}: summary and heatmap p99 at most 100 ms while rounds run: "
-         f"{during['summary']['p99'] * 1e3:.0f} ms and {during['heatmap']['p99'] * 1e3:.0f} ms"),
+         f"{during['summary']['p99'] * 1e3:.0f} ms and "
+         f"{during['heatmap_columns']['p99'] * 1e3:.0f} ms (the heatmap's columns form, which "
+         f"the tab asks for; its per-node form: {during['heatmap']['p99'] * 1e3:.0f} ms)"),
         (during["node_page"]["p99"] <= 0.3, f"{at}: node page p99 at most 300 ms: "
          f"{during['node_page']['p99'] * 1e3:.0f} ms"),
     ]
@@ -273,14 +283,16 @@ def aggregation_lines(rows: list[dict]) -> list[str]:
     lines = [
         "| nodes | round wall (median / max) | head CPU per round | head CPU share | memory "
         "held | bytes per round (first / median) | 304s per round | summary p99 | heatmap "
-        "p99 | node page p99 | before: round, memory, summary p99 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "p99 (columns / per node) | node page p99 | before: round, CPU, memory, summary / "
+        "heatmap / node page p99 | pulling snapshots: round, memory, summary p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         rounds = row["rounds"]
         walls = [r["wall_s"] for r in rounds]
         during = row["during_rounds"]
         before = AGGREGATION_BEFORE.get(row["nodes"], ("-", "-", "-"))
+        summaries_before = AGGREGATION_SUMMARIES_BEFORE.get(row["nodes"], ("-",) * 4)
         lines.append(
             f"| {row['nodes']:,} | {statistics.median(walls):.2f} / {max(walls):.2f} s | "
             f"{statistics.median(r['cpu_s'] for r in rounds):.2f} s | "
@@ -289,8 +301,9 @@ def aggregation_lines(rows: list[dict]) -> list[str]:
             f"{row['first_round']['body_bytes'] / 2**20:.1f} / "
             f"{statistics.median(r['body_bytes'] for r in rounds) / 2**20:.2f} MiB | "
             f"{statistics.median(r['not_modified'] for r in rounds):,.0f} | "
-            + " | ".join(_ms(during[e]["p99"]) for e in ("summary", "heatmap", "node_page"))
-            + f" | {', '.join(before)} |")
+            f"{_ms(during['summary']['p99'])} | {_ms(during['heatmap_columns']['p99'])} / "
+            f"{_ms(during['heatmap']['p99'])} | {_ms(during['node_page']['p99'])} | "
+            f"{', '.join(summaries_before)} | {', '.join(before)} |")
     return lines
 
 
@@ -471,14 +484,20 @@ def report(results: dict) -> str:
         "stack) over N simulated 8-GPU nodes: copies of one snapshot of the simulated node",
         f"({results['aggregation'][0]['snapshot_bytes'] / 1024:.0f} KiB of JSON; its summary "
         f"{results['aggregation'][0]['summary_bytes'] / 1024:.1f} KiB), served over loopback "
-        "HTTP by fake agents in a process of their own, with ETags and 304s; each 5 s "
+        "HTTP by fake agents in a process of their own, with ETags and 304s; the fleet is "
+        "spread (racks, NVLink domains, node pools; utilization, engine activity, power and "
+        "temperature vary by node, so the head finds no more equal values to share than in "
+        "a real fleet); each 5 s "
         f"interval {results['aggregation'][0]['change'] * 100:.0f} % of the nodes get a new "
         "summary. Rounds run as in production (5 s refresh, fetches spread over the first "
-        "60 % of it) while a client asks for the summary and the heatmap every 0.25 s and a "
+        "60 % of it) while a client in the head's process asks for the summary and both "
+        "heatmap forms every 0.25 s and a "
         "random node's page (a full snapshot fetched on demand) every 0.5 s. One process per "
         "size; memory is the head's resident growth from before the collector to after the "
-        "rounds; CPU is the head process's own (user + system). The last column is the "
-        "collector that pulled every full snapshot each round, before the summaries.",
+        "rounds; CPU is the head process's own (user + system), the asking client's included. "
+        "The 'before' column is the summary collector before its own HTTP client, per-node "
+        "heatmap rows, shared values and slotted records (identical node copies); the last "
+        "column is the collector that pulled every full snapshot each round.",
         "",
         *aggregation_lines(results["aggregation"]),
         "",
