@@ -11,18 +11,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from stepped_clock import SteppedClock
 
 from ray_accel.exporter.backends.calls import ErrorTally, VendorCalls
 
 THRESHOLD_S = 0.0003
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -46,12 +39,12 @@ def _spin(seconds: float) -> float:
     return time.perf_counter()  # a new answer every call
 
 
-def _calls(clock: Clock) -> VendorCalls:
+def _calls(clock: SteppedClock) -> VendorCalls:
     return VendorCalls(ErrorTally(), slow_call_cpu_s=THRESHOLD_S, clock=clock)
 
 
 def test_a_call_fast_last_time_is_timed_by_the_wall_clock_alone(cpu_clock_reads):
-    calls = _calls(Clock())
+    calls = _calls(SteppedClock())
     for _ in range(200):
         assert calls.invoke(lambda: 1, "fast", ()) == 1
     # the first call asks once (before it; the wall clock then says it was fast), and the
@@ -60,7 +53,7 @@ def test_a_call_fast_last_time_is_timed_by_the_wall_clock_alone(cpu_clock_reads)
 
 
 def test_a_call_that_turns_slow_is_timed_on_the_cpu_clock_again_then_reused():
-    clock = Clock()
+    clock = SteppedClock()
     calls = _calls(clock)
     slow = [False]
 
@@ -81,7 +74,7 @@ def test_a_call_that_turns_slow_is_timed_on_the_cpu_clock_again_then_reused():
 
 
 def test_a_call_slow_only_by_the_wall_clock_is_never_reused():
-    clock = Clock()
+    clock = SteppedClock()
     calls = _calls(clock)
 
     def sleeps() -> float:

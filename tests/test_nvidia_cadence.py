@@ -14,10 +14,12 @@ import copy
 import time
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 
 import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
+from stepped_clock import SteppedClock
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
@@ -32,16 +34,6 @@ from ray_accel.exporter.store import SnapshotStore
 INTERVAL_S = 10.0
 GPUS = 8
 ENERGY_CALL = "nvmlDeviceGetTotalEnergyConsumption"
-
-
-class Clock:
-    """The backend's monotonic clock, stepped by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -75,7 +67,7 @@ def nvml_calls(monkeypatch) -> Counter[str]:
     return counts
 
 
-def _opened(clock: Clock, interval_s: float = INTERVAL_S) -> tuple[NvidiaBackend, list]:
+def _opened(clock: SteppedClock, interval_s: float = INTERVAL_S) -> tuple[NvidiaBackend, list]:
     backend = NvidiaBackend(clock=clock, slow_read_interval_s=interval_s)
     return backend, list(backend.open())
 
@@ -90,6 +82,16 @@ def _started(sampler: Sampler) -> None:
     raise AssertionError("the simulated GPUs did not all answer within 60 s")
 
 
+def _slow_ages(snapshot) -> dict[str, float]:
+    """GPU index -> ray_accelerator_device_slow_values_age_seconds in the snapshot's /metrics."""
+    return {s.labels["index"]: s.value for family in parse_text(snapshot_text(snapshot).decode())
+            for s in family.samples if s.name == "ray_accelerator_device_slow_values_age_seconds"}
+
+
+def _lose(index: int, at_s: float, doc: dict) -> None:
+    doc["devices"][index]["lost_at_s"] = at_s
+
+
 def _value(sample: DeviceSample, metric: str, **labels: str) -> float | None:
     wanted = tuple(labels.items())
     return next((r.value for r in sample.readings if r.metric == metric and r.labels == wanted),
@@ -102,7 +104,7 @@ def _link_values(sample: DeviceSample, metric: str) -> dict[tuple[int, tuple], f
 
 
 def test_slow_values_are_read_on_their_cadence_spread_over_the_gpus(node, nvml_calls):
-    clock = Clock()
+    clock = SteppedClock(1000.0)
     backend, devices = _opened(clock)
     try:
         read_at: dict[str, list[int]] = {d.uuid: [] for d in devices}
@@ -136,7 +138,7 @@ def test_slow_values_are_read_on_their_cadence_spread_over_the_gpus(node, nvml_c
 
 
 def test_the_age_of_slow_values_is_exported_with_them(node):
-    clock = Clock()
+    clock = SteppedClock(1000.0)
     backend, devices = _opened(clock)
     first = devices[0]
     try:
@@ -150,24 +152,27 @@ def test_the_age_of_slow_values_is_exported_with_them(node):
 
 
 def test_the_age_reaches_prometheus_and_fresh_values_stay_fresh(node):
-    clock = Clock()
+    clock = SteppedClock(1000.0)
     backend = NvidiaBackend(clock=clock, slow_read_interval_s=INTERVAL_S)
     sampler = Sampler([backend], SnapshotStore(), interval_s=1.0)
     try:
         _started(sampler)
         clock.now += 4.0
-        snapshot = sampler.run_cycle()
+        # cycles at +4 s until two give the same ages: a late answer from before (a busy
+        # machine) is taken by the next cycle, and then every GPU has been read at +4 s
+        ages, previous = _slow_ages(sampler.run_cycle()), None
+        deadline = time.monotonic() + 60
+        while ages != previous and time.monotonic() < deadline:
+            ages, previous = _slow_ages(sampler.run_cycle()), ages
     finally:
         sampler.stop()
-    ages = {s.labels["index"]: s.value for family in parse_text(snapshot_text(snapshot).decode())
-            for s in family.samples if s.name == "ray_accelerator_device_slow_values_age_seconds"}
     # GPUs 1-3 were due 1.25, 2.5 and 3.75 s after the first read; the others wait
     assert ages == {"0": 4.0, "1": 0.0, "2": 0.0, "3": 0.0, "4": 4.0, "5": 4.0, "6": 4.0,
                     "7": 4.0}
 
 
 def test_link_bytes_every_cycle_link_errors_and_states_on_the_cadence(node, nvml_calls):
-    clock = Clock()
+    clock = SteppedClock(1000.0)
     backend, devices = _opened(clock)
     gpu = devices[0]
     try:
@@ -198,20 +203,27 @@ def test_link_bytes_every_cycle_link_errors_and_states_on_the_cadence(node, nvml
 
 
 def test_a_gpu_lost_between_slow_reads_keeps_its_counters(node):
-    clock = Clock()
+    clock = SteppedClock(1000.0)
     backend = NvidiaBackend(clock=clock, slow_read_interval_s=INTERVAL_S)
     sampler = Sampler([backend], SnapshotStore(), interval_s=1.0)
     try:
         _started(sampler)  # every slow value read
-        clock.now += 1.0
-        before = sampler.run_cycle().devices[5]  # GPU 5 is due 6.25 s after its first read
-        lost_at = node.elapsed_s()
-        node.modify(lambda doc: doc["devices"][5].update(lost_at_s=lost_at))
-        clock.now += 1.0
-        after = sampler.run_cycle().devices[5]
+        clock.now += 1.0  # and left there: GPU 5 is due 6.25 s after its first read
+        before = after = None
+        deadline = time.monotonic() + 60
+        while after is None and time.monotonic() < deadline:
+            sample = sampler.run_cycle().devices[5]
+            if before is None:
+                if sample.up and _value(sample, m.SLOW_VALUES_AGE) == 1.0:  # read at +1 s
+                    before = sample
+                    node.modify(partial(_lose, 5, node.elapsed_s()))
+            elif sample.up:  # read before the loss took (a late answer on a busy machine)
+                before = sample
+            else:
+                after = sample
     finally:
         sampler.stop()
-    assert before.up and not after.up
+    assert before is not None and after is not None, "GPU 5 was not reported lost within 60 s"
     assert _value(before, m.SLOW_VALUES_AGE) == 1.0
     for metric, labels in ((m.ENERGY, {}), (m.HW_ERRORS, {"error_type": "ecc_corrected"}),
                            (m.HW_ERRORS, {"error_type": "pcie_replay"})):
@@ -224,7 +236,7 @@ def test_a_gpu_lost_between_slow_reads_keeps_its_counters(node):
 
 
 def test_every_slow_probe_metric_is_slow_in_the_catalog_and_no_cycle_probe_metric_is(node):
-    backend, devices = _opened(Clock())
+    backend, devices = _opened(SteppedClock(1000.0))
     try:
         tracked = backend._tracked[devices[0].uuid]
         state = DeviceState()
@@ -240,7 +252,7 @@ def test_every_slow_probe_metric_is_slow_in_the_catalog_and_no_cycle_probe_metri
 
 
 def test_interval_zero_reads_slow_values_every_cycle(node, nvml_calls):
-    clock = Clock()
+    clock = SteppedClock(1000.0)
     backend, devices = _opened(clock, interval_s=0.0)
     try:
         for second in range(3):
