@@ -54,7 +54,10 @@ def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
     frozen = copy.deepcopy(scenario)
     frozen["freeze_at_s"] = t
     hardware.update(frozen)
-    sampler = Sampler(load_backends(backends_of(scenario)), SnapshotStore(), interval_s=1.0)
+    # every value every cycle: a fresh agent on the slow cadence reads a device's slow
+    # values (energy, errors, limits) only at that device's point of the interval
+    sampler = Sampler(load_backends(backends_of(scenario)), SnapshotStore(), interval_s=1.0,
+                      slow_read_interval_s=0.0)
     found: dict[str, float] = {}
     try:
         # Two cycles (GPM needs two samples), and more while a busy CPU leaves some
@@ -102,7 +105,7 @@ def stale_at(hardware: SimulatedHardware, scenario: dict[str, Any], t: float,
     frozen["freeze_at_s"] = t
     hardware.update(frozen)
     sampler = Sampler(load_backends(backends_of(scenario)), SnapshotStore(),
-                      interval_s=interval_s)
+                      interval_s=interval_s, slow_read_interval_s=0.0)
     try:
         for _ in range(cycles):
             snapshot = sampler.run_cycle()
