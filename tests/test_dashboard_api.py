@@ -18,6 +18,7 @@ import pytest
 from agent_process import AgentProcess
 from aiohttp import ClientTimeout
 from aiohttp.test_utils import TestClient, TestServer
+from doctored_nodes import IDLE_ACTOR, JOB, TASK, TOKEN, doctored, holder, set_value
 
 from ray_accel.dashboard_module.aggregate import NodeState, build_view
 from ray_accel.dashboard_module.api import AcceleratorsApi
@@ -25,12 +26,6 @@ from ray_accel.dashboard_module.collector import AgentTarget, Collector
 from ray_accel.dashboard_module.fleet import Fleet, FleetServer, node_id
 from ray_accel.dashboard_module.standalone import COOKIE, build_app
 from ray_accel.exporter.node_view import reduce_snapshot
-
-TOKEN = "s3cret-token"
-JOB = "02000000"
-IDLE_ACTOR = "a" * 32
-TRAINER_ACTOR = "b" * 32
-TASK = "c" * 48
 
 
 def _all_answering(doc: dict) -> bool:
@@ -50,43 +45,6 @@ def agent():
 @pytest.fixture(scope="module")
 def template(agent) -> dict:
     return agent.wait_for(_all_answering, timeout=60)
-
-
-def _set(values: dict, metric: str, labels: dict, value: float) -> None:
-    entries = values.setdefault(metric, [])
-    for entry in entries:
-        if entry["labels"] == labels:
-            entry["value"] = value
-            return
-    entries.append({"labels": labels, "value": value})
-
-
-def _holder(pid: int, actor_id: str = "", actor_class: str = "", task_id: str = "",
-            task_name: str = "", fraction: float = 1.0, idle: bool = False) -> dict:
-    return {"pid": pid, "ray_job_id": JOB, "ray_worker_id": "f" * 56, "ray_actor_id": actor_id,
-            "actor_class": actor_class, "actor_name": "", "ray_task_id": task_id,
-            "task_name": task_name, "fraction": fraction, "idle": idle}
-
-
-def doctored(template: dict, number: int = 1) -> dict:
-    """A node with one of everything the findings look for."""
-    doc = copy.deepcopy(template)
-    doc["taken_at"] = time.time()
-    doc["attribution"]["node_id"] = node_id(number)
-    devices = doc["devices"]
-    for device in devices:
-        device.update(allocated=0.0, holders=[])
-    devices[0].update(allocated=1.0, holders=[_holder(101, TRAINER_ACTOR, "Trainer")])
-    devices[1].update(up=False, values={}, links=[], processes=[])
-    devices[2].update(allocated=1.0, holders=[_holder(102, IDLE_ACTOR, "IdleHolder",
-                                                      idle=True)])
-    _set(devices[3]["values"], "ray.accelerator.throttle.active", {"reason": "hw_slowdown"}, 1)
-    _set(devices[4]["links"][3]["values"], "ray.accelerator.link.up", {}, 0)
-    _set(devices[5]["values"], "ray.accelerator.pcie.link.width", {"state": "current"}, 8)
-    _set(devices[6]["values"], "ray.accelerator.xid.errors", {"xid": "79"}, 2)
-    _set(devices[7]["values"], "hw.errors", {"error_type": "ecc_uncorrected"}, 3)
-    devices[7].update(allocated=1.0, holders=[_holder(103, task_id=TASK, task_name="preprocess")])
-    return doc
 
 
 def run(coroutine):
@@ -119,8 +77,8 @@ def test_a_lost_device_keeps_its_xid_and_ecc_findings(template):
     lost = doc["devices"][2]
     # What the agent exports for a lost GPU: its counters at their last values, no gauges.
     lost.update(up=False, links=[], processes=[], values={})
-    _set(lost["values"], "ray.accelerator.xid.errors", {"xid": "79"}, 200)
-    _set(lost["values"], "hw.errors", {"error_type": "ecc_uncorrected"}, 4)
+    set_value(lost["values"], "ray.accelerator.xid.errors", {"xid": "79"}, 200)
+    set_value(lost["values"], "hw.errors", {"error_type": "ecc_uncorrected"}, 4)
     node = NodeState(node_id(1), "http://x", "host-1", data=reduce_snapshot(doc))
     found = [f for f in build_view([node], refresh_s=5).findings
              if f["device_index"] == lost["index"]]
@@ -285,7 +243,7 @@ def test_a_spinning_holder_is_a_finding_and_shows_in_the_heatmap_and_its_job(tem
     for device in doc["devices"]:
         device.update(allocated=0.0, holders=[])
     spun = doc["devices"][3]
-    spun.update(allocated=1.0, holders=[{**_holder(104, SPINNER_ACTOR, "Spinner"),
+    spun.update(allocated=1.0, holders=[{**holder(104, SPINNER_ACTOR, "Spinner"),
                                          "spinning": True, "shared": False}])
     node = NodeState(node_id(1), "http://x", "host-1", data=reduce_snapshot(doc))
     view = build_view([node], refresh_s=5)

@@ -12,14 +12,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from agent_process import AgentProcess
+from dashboard_http import FRONTEND, get, wait_json
 from prometheus_server import PrometheusServer
 from ray_workload import start_driver
 
@@ -28,34 +26,7 @@ from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 from ray_accel.exporter.simulate.contexts import for_real_processes
 
-FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
-
-
 pytestmark = pytest.mark.ray
-
-
-def get(url: str, token: str | None = None, timeout: float = 10) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            return reply.status, reply.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
-def wait_json(url: str, token: str, predicate, timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        status, body = get(url, token)
-        if status == 200:
-            last = json.loads(body)
-            if predicate(last):
-                return last
-        time.sleep(0.5)
-    raise AssertionError(f"{url}: condition not met; last {last}")
 
 
 @pytest.fixture(scope="module")

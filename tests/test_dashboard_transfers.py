@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import rdt_cluster
 from agent_process import AgentProcess
+from dashboard_http import FRONTEND, wait_json
 from rdt_cluster import STALL_AFTER_S, RdtDriver, rdt_head, transfer_agent
-from test_dashboard_ray import FRONTEND, wait_json
 
 from ray_accel.dashboard_module.standalone import ray_dashboard_url
 from ray_accel.demo.local_cluster import LocalRayCluster

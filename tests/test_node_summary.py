@@ -12,8 +12,8 @@ import time
 import pytest
 from agent_process import AgentProcess
 from aiohttp.test_utils import TestClient, TestServer
-from test_dashboard_api import TOKEN, _set, doctored
-from test_dashboard_transfers_view import abort, head_snapshot, transfer_tasks
+from doctored_nodes import TOKEN, doctored, set_value
+from transfer_docs import abort, head_snapshot, transfer_tasks
 
 from ray_accel.dashboard_module.aggregate import NodeState, build_view
 from ray_accel.dashboard_module.api import AcceleratorsApi
@@ -122,8 +122,9 @@ def test_summary_and_snapshot_of_one_cycle_agree(template):
     # a spinning holder and GPM activity travel too
     doc["devices"][0]["holders"][0]["spinning"] = True
     for engine, ratio in (("sm", 0.0312), ("graphics", 0.9871)):
-        _set(doc["devices"][0]["values"], "ray.accelerator.activity", {"engine": engine}, ratio)
-    _set(doc["devices"][0]["values"], "ray.accelerator.device.spinning", {}, 1)
+        set_value(doc["devices"][0]["values"], "ray.accelerator.activity", {"engine": engine},
+                  ratio)
+    set_value(doc["devices"][0]["values"], "ray.accelerator.device.spinning", {}, 1)
     # and transfers (one stalled, one not, a recent abort) and a suspected hung collective
     doc["transfers"] = head_snapshot(transfer_tasks(0, 12) + transfer_tasks(1, 2),
                                      (abort(6, 60),))["transfers"]

@@ -26,7 +26,7 @@ import pytest
 
 from ray_accel.exporter.simulate import load_scenario
 
-HELPER = pathlib.Path(__file__).with_name("record_roundtrip.py")
+HELPER = pathlib.Path(__file__).resolve().parent / "support" / "record_roundtrip.py"
 DURATION_S = 16
 # Recording times; the scenario's are later by when the recording started (offset_s,
 # a second or two on a busy machine): the windows leave room for up to 3.5 s of it.

@@ -1,7 +1,7 @@
 """Record each shipped scenario (NVIDIA, AMD, Gaudi, TPU, Neuron) for a minute, replay it,
 compare every series.
 
-Each scenario runs in its own process (tests/record_roundtrip.py), all at once,
+Each scenario runs in its own process (tests/support/record_roundtrip.py), all at once,
 so the module takes about the minute of recording plus the comparisons.
 Both agents are compared at the same scenario times with time frozen, so the
 values are exact rather than racing the clock. Stated tolerances:
@@ -43,7 +43,7 @@ SCENARIOS = ("hgx-h200", "l4-pcie", "a100-mig", "gpu-lost", "unsupported", "rtx-
              "tpu-v5e-8", "trn1-32xl")
 DURATION_S = 64
 TIMES = (5.0, 21.0, 40.0, 62.0)
-HELPER = pathlib.Path(__file__).with_name("record_roundtrip.py")
+HELPER = pathlib.Path(__file__).resolve().parent / "support" / "record_roundtrip.py"
 EVENT_TOLERANCE_S = 1.5
 PCIE_TOLERANCE_BYTES = 64 * 2**20
 

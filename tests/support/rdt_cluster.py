@@ -1,5 +1,5 @@
 """What the Ray Direct Transport tests share: a real local Ray head on simulated H200s,
-the gloo RDT driver (tests/rdt_driver.py) and an agent that pairs the cluster's transfers.
+the gloo RDT driver (tests/support/rdt_driver.py) and an agent that pairs the cluster's transfers.
 
 The driver's producer and consumer each hold one (simulated) GPU. `stall S` holds the
 consumer's `_ray_system` thread for S seconds, so the producer's send hangs: a stalled
@@ -22,7 +22,7 @@ from ray_workload import Driver
 from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
 
-DRIVER = Path(__file__).resolve().parent.parent / "rdt_driver.py"
+DRIVER = Path(__file__).resolve().with_name("rdt_driver.py")
 STALL_AFTER_S = 3
 
 

@@ -1,7 +1,7 @@
 """One scenario's record-and-replay round trip, in its own process.
 
 The fake NVML binds to one process once, so each scenario runs here:
-`python tests/record_roundtrip.py SOURCE DURATION_S OUT.json [T ...]` records
+`python tests/support/record_roundtrip.py SOURCE DURATION_S OUT.json [T ...]` records
 SOURCE for DURATION_S at 1 s, builds the scenario (identities kept, so series
 labels match), then samples the recorded scenario frozen at each recording time
 T and the original frozen at the same scenario time (T offset by when the
