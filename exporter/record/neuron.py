@@ -25,7 +25,7 @@ SECTION = "neuron"
 FACT_KEYS = ("neuron_device_type", "neuron_device_version", "neuroncore_version")
 INSTANCE_FACTS = ("instance_type", "instance_id")
 # hw.errors error type on a device -> its neuron_hw_counters field
-ECC_FIELDS = {"ecc_corrected": "mem_ecc_corrected", "ecc_uncorrected": "mem_ecc_uncorrected",
+ECC_FIELDS = {m.ECC_CORRECTED: "mem_ecc_corrected", m.ECC_UNCORRECTED: "mem_ecc_uncorrected",
               "sram_ecc_corrected": "sram_ecc_corrected",
               "sram_ecc_uncorrected": "sram_ecc_uncorrected"}
 ERROR_TYPES = ("generic", "numerical", "transient", "model", "runtime", "hardware")
@@ -47,7 +47,7 @@ def _runtime(pid: int, cores: list[int], first_core: DeviceSeries,
              chip: DeviceSeries | None) -> dict[str, Any]:
     """One runtime's entry, from its first core's series and its first core's chip's."""
     runtime: dict[str, Any] = {"pid": pid, "cores": cores}
-    busy = first_core.points.get(("p", pid, m.PROCESS_UTILIZATION, (("engine", "sm"),)))
+    busy = first_core.points.get(("p", pid, m.PROCESS_UTILIZATION, (("engine", m.ENGINE_SM),)))
     if busy:
         runtime["utilization_percent"] = _percent(busy)
     memory = {category: gauge_signal(points) for category in MEMORY_CATEGORIES

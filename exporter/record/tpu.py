@@ -27,7 +27,7 @@ from .vendors import LinkFacts, Numa, VendorRecorder
 SECTION = "tpu"
 GAUGES: tuple[Row, ...] = (
     (m.MEMORY_USAGE, {}, "hbm_used_bytes", 1),
-    (m.GPU_UTILIZATION, {"task": "general"}, "duty_cycle_percent", 100),
+    (m.GPU_UTILIZATION, {"task": m.TASK_GENERAL}, "duty_cycle_percent", 100),
     (m.MEMORY_BANDWIDTH_UTILIZATION, {}, "hbm_bandwidth_percent", 100),
     (m.TENSORCORE_UTILIZATION, {}, "tensorcore_utilization_percent", 100),
 )
