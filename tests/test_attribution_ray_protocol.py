@@ -5,7 +5,7 @@ The attribution modules replicate what the agent used to import from Ray
 channel options, the token lookup, the State API query, the generated
 messages). Each test compares the replica with Ray 2.60's own function on the
 same inputs, so a Ray upgrade that changes one of them fails here first. The
-end-to-end behaviour (a real token-auth cluster) is in test_ray_sources.py and
+end-to-end behaviour (a real token-auth cluster) is in test_attribution_ray_sources.py and
 test_attribution_ray.py.
 """
 

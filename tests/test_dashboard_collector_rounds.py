@@ -3,7 +3,7 @@ honoured, TLS verified, the token presented, chunked and oversized answers), the
 history's staged rounds, the heatmap encoded once per changed node, shared values.
 
 Agents here are small aiohttp servers answering hand-made summaries: what is under
-test is how the head asks and keeps, not what an agent reports (tests/test_node_summary.py
+test is how the head asks and keeps, not what an agent reports (tests/test_agent_node_summary.py
 runs a real agent).
 """
 

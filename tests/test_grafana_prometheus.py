@@ -74,9 +74,9 @@ EMPTY_VARIABLES = {
 # scenario makes every panel show data.
 # Panels whose series exist only while Ray Direct Transport transfers run or a
 # collective hangs; this setup runs neither. tests/test_transfers_ray.py and
-# tests/test_collective_agent.py produce those series and check them.
+# tests/test_agent_collective_stall.py produce those series and check them.
 _TRANSFERS = "only while RDT transfers are in flight (tests/test_transfers_ray.py)"
-_COLLECTIVES = "only while a collective hangs (tests/test_collective_agent.py)"
+_COLLECTIVES = "only while a collective hangs (tests/test_agent_collective_stall.py)"
 EMPTY_PANELS: dict[tuple[str, str, str], str] = {
     ("ray-accel-interconnect", "Suspected hung collectives", "A"): _COLLECTIVES,
     ("ray-accel-workload", "Stalled transfers", "A"): _TRANSFERS,

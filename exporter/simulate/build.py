@@ -20,9 +20,9 @@ import subprocess
 import tempfile
 
 LIBRARY_NAME = "libnvidia-ml.so.1"
-SOURCE_DIR = pathlib.Path(__file__).resolve().parent / "fakenvml"
-SOURCES = ("fakenvml.c",)
-HEADERS = ("fakenvml.h",)
+SOURCE_DIR = pathlib.Path(__file__).resolve().parent / "fake_nvml"
+SOURCES = ("fake_nvml.c",)
+HEADERS = ("fake_nvml.h",)
 CFLAGS = (
     "-shared",
     "-fPIC",

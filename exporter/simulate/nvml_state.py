@@ -1,6 +1,6 @@
 """Writes an expanded scenario as the state file the simulated NVML library reads.
 
-The state file's format is documented at the top of fakenvml/fakenvml.c; only
+The state file's format is documented at the top of fake_nvml/fake_nvml.c; only
 the NVIDIA devices and NVML rules of a scenario go into it.
 """
 

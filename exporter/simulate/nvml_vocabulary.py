@@ -2,7 +2,7 @@
 
 Shared by the scenario checks (nvml_devices.py, scenario_rules.py) and the state
 file writer (nvml_state.py); the numbers are NVML's own (nvml.h) and the limits
-those of fakenvml/fakenvml.c.
+those of fake_nvml/fake_nvml.c.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from . import checks
 
-# Limits shared with fakenvml.c (MAX_DEVICES, MAX_MIG, CPU_WORDS * 64).
+# Limits shared with fake_nvml.c (MAX_DEVICES, MAX_MIG, CPU_WORDS * 64).
 MAX_DEVICES = 64
 MAX_MIG_DEVICES = 8
 MAX_CPUS = 1024

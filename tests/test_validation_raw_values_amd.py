@@ -1,6 +1,6 @@
 """Impossible AMD readings, played by the simulated amdsmi with `raw_values`, are refused.
 
-The same rule as for NVIDIA (tests/test_raw_values.py): the fake answers exactly
+The same rule as for NVIDIA (tests/test_validation_raw_values.py): the fake answers exactly
 what the scenario asks through amdsmi's Python API, the backend reads it, and the
 agent's reading checks drop and count what cannot be true.
 """

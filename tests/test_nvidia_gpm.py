@@ -90,7 +90,7 @@ def test_scenario_metric_names_are_nvml_metric_ids():
 
 
 def test_struct_layouts_the_library_was_built_for():
-    # fakenvml.c asserts these sizes at compile time; the binding must agree.
+    # fake_nvml.c asserts these sizes at compile time; the binding must agree.
     assert ctypes.sizeof(pynvml.c_nvmlGpmSupport_t) == 8
     assert ctypes.sizeof(pynvml.c_nvmlGpmMetric_t) == 40
     assert pynvml.c_nvmlGpmMetricsGet_t.metrics.offset == 24

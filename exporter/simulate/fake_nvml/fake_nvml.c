@@ -1,5 +1,5 @@
 /*
- * fakenvml.c - simulated NVIDIA hardware behind the NVML C API.
+ * fake_nvml.c - simulated NVIDIA hardware behind the NVML C API.
  *
  * Built as libnvidia-ml.so.1 and loaded by the unmodified nvidia-ml-py binding
  * (and by Ray's vendored copy of it). Everything the library answers comes from
@@ -71,7 +71,7 @@
  * reloads; the data they name is looked up in the current state on each call.
  */
 #define _GNU_SOURCE
-#include "fakenvml.h"
+#include "fake_nvml.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,8 +1,8 @@
 /*
- * fakenvml.h - the subset of the NVML ABI that the simulated libnvidia-ml.so.1
+ * fake_nvml.h - the subset of the NVML ABI that the simulated libnvidia-ml.so.1
  * implements. Layouts follow the ctypes structures of the nvidia-ml-py binding
  * (module pynvml), which is what calls this library; sizes are checked with
- * static assertions in fakenvml.c.
+ * static assertions in fake_nvml.c.
  */
 #ifndef FAKENVML_H
 #define FAKENVML_H
