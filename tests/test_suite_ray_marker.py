@@ -11,7 +11,7 @@ def test_an_unmarked_test_cannot_start_a_ray_head():
     cluster = LocalRayCluster(prefix="rm-")
     try:
         with pytest.raises(RuntimeError,
-                           match=r"test_ray_marker\.py::.* mark it @pytest\.mark\.ray"):
+                           match=r"test_suite_ray_marker\.py::.* mark it @pytest\.mark\.ray"):
             cluster.start_head()
     finally:
         cluster.stop()

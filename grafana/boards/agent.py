@@ -54,8 +54,12 @@ def board() -> Board:
                            Query(sel(m.AGENT_CYCLE_DURATION), AGENT), unit="s"),
                 timeseries("Cycles per second", "Sampling cycles completed per second.",
                            Query(rate(sel(m.AGENT_CYCLES)), AGENT)),
-                timeseries("Sample age", "Seconds since each device was last read.",
+                timeseries("Sample age", "Seconds since each device was last read, and since "
+                           "its slow-cadence values (energy, error counters, link states: read "
+                           "every --slow-read-interval) were.",
                            Query(sel(m.DEVICE_SAMPLE_AGE), "{{vendor}} {{index}} {{ray_node_id}}"),
+                           Query(sel(m.SLOW_VALUES_AGE),
+                                 "{{vendor}} {{index}} {{ray_node_id}} slow values"),
                            unit="s"),
             ]),
             Section("Ray attribution", [
