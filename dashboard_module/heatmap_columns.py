@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .aggregate import DOWN, OK, STALE, WARNING, ClusterView
+from .aggregate import ClusterView
+from .findings import DOWN, OK, STALE, WARNING
 from .json_pieces import encode_in_pieces
 
 # Device health by code; the code is the index.

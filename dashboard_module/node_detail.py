@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from ..exporter.node_view import NotASnapshot
-from .aggregate import NodeState
+from .node_state import NodeState
 
 DETAIL_TTL_S = 2.0
 DETAIL_MAX_IN_FLIGHT = 8

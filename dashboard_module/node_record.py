@@ -17,7 +17,7 @@ from aiohttp import web
 
 from ..exporter.record.command import parse_duration
 from ..exporter.serving import json_error
-from .aggregate import NodeState
+from .node_state import NodeState
 
 DEFAULT_LAST = "10m"
 # Building ten minutes of an eight-GPU node takes the agent about 3 s of CPU.

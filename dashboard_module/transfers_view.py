@@ -11,7 +11,7 @@ one's age, aborts. Findings: `transfer_stalled` (both actors, their devices and
 nodes, the age), `transfer_slow` (in flight past the agent's report threshold,
 not stalled yet), `transfer_aborted` (Ray killed both actors of a stalled
 transfer within `ABORT_WINDOW_S`). Suspected hung collectives are device
-findings (`collective_stall`, aggregate.py).
+findings (`collective_stall`, findings.py).
 
 Ray kills both actors of the transfers it aborts, so an abort's actors hold no
 devices any more: `LastKnownDevices`, kept by the caller from round to round,
@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from ..exporter.attribution.transfers import MAX_RECENT_ABORTS
 from ..exporter.node_transfers import EMPTY, MAX_LISTED, is_empty
+from .findings import Finding, finding
 
 STALLED, SLOW, ABORTED = "transfer_stalled", "transfer_slow", "transfer_aborted"
 FINDING_KINDS = (STALLED, SLOW, ABORTED)
@@ -41,7 +42,7 @@ ABORT_WINDOW_S = 15 * 60.0
 
 
 class NodeLike(Protocol):
-    """What is read of a node (aggregate.NodeState)."""
+    """What is read of a node (node_state.NodeState)."""
 
     node_id: str
     hostname: str
@@ -58,7 +59,7 @@ class TransfersView:
     aborts: list[dict[str, Any]] = field(default_factory=list)  # the latest, newest first
     dropped: int = 0  # transfers the pairing agents counted but did not list
     pairing_nodes: list[dict[str, str]] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
 
     def answer(self, job_id: str | None = None, node_id: str | None = None,
                collective_stalls: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -193,14 +194,6 @@ def _who(end: Mapping[str, Any]) -> str:
     return f"{name} ({f'device {devices} on ' if devices else ''}{where})"
 
 
-def _finding(kind: str, severity: str, node_id: str, hostname: str, message: str,
-             device: Mapping[str, Any] | None, **details: Any) -> dict[str, Any]:
-    """A finding in the shape of the aggregator's (aggregate.py `_finding`)."""
-    return {"kind": kind, "severity": severity, "node_id": node_id, "hostname": hostname,
-            "message": message, "device_uuid": device["uuid"] if device else "",
-            "device_index": device["index"] if device else "", "details": details}
-
-
 def _at(end: Mapping[str, Any], reporter: NodeLike) -> tuple[str, str]:
     """Where a finding about this end is filed: its node, else the reporting agent's."""
     if end["node_id"]:
@@ -213,26 +206,26 @@ _IN_FLIGHT = {True: (STALLED, "critical", "transfer stalled for"),
               False: (SLOW, "info", "transfer in flight for")}
 
 
-def _in_flight_finding(transfer: dict[str, Any], reporter: NodeLike) -> dict[str, Any]:
+def _in_flight_finding(transfer: dict[str, Any], reporter: NodeLike) -> Finding:
     """`transfer_stalled` for a stalled transfer, `transfer_slow` for a slow one."""
     kind, severity, says = _IN_FLIGHT[transfer["stalled"]]
     source, destination = transfer["source"], transfer["destination"]
     node_id, hostname = _at(source, reporter)
     message = (f"{says} {transfer['age_s']:.0f} s: {_who(source)} → "
                f"{_who(destination)}, job {transfer['job_id']}")
-    return _finding(kind, severity, node_id, hostname, message,
+    return finding(kind, severity, node_id, hostname, message,
                     (source["devices"] or [None])[0], job_id=transfer["job_id"],
                     age_s=transfer["age_s"], source=source, destination=destination,
                     consumer_task_id=transfer["consumer_task_id"])
 
 
-def _aborted_finding(abort: dict[str, Any], reporter: NodeLike) -> dict[str, Any]:
+def _aborted_finding(abort: dict[str, Any], reporter: NodeLike) -> Finding:
     source, destination = abort["source"], abort["destination"]
     node_id, hostname = _at(source, reporter)
     message = (f"Ray aborted a transfer stalled for {abort['age_s']:.0f} s "
                f"({abort['ago_s']:.0f} s ago) by killing both actors: {_who(source)} → "
                f"{_who(destination)}, job {abort['job_id']}")
-    return _finding(ABORTED, "warning", node_id, hostname, message,
+    return finding(ABORTED, "warning", node_id, hostname, message,
                     (source["devices"] or [None])[0],
                     job_id=abort["job_id"], age_s=abort["age_s"], at=abort["at"],
                     source=source, destination=destination)
@@ -246,7 +239,7 @@ class _Merge:
         self.transfers: dict[str, dict[str, Any]] = {}  # by the send's task id
         self.aborts: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
-        self.findings: list[dict[str, Any]] = []
+        self.findings: list[Finding] = []
         self.dropped = 0
 
     def add(self, node: NodeLike, compact: Mapping[str, Any]) -> None:
@@ -262,7 +255,7 @@ class _Merge:
             job["oldest_age_s"] = max(job["oldest_age_s"] or 0.0, self._age(counts["since"]))
             unlisted = counts["stalled"] - listed_stalled.get(job_id, 0)
             if unlisted > 0:
-                self.findings.append(_finding(
+                self.findings.append(finding(
                     STALLED, "critical", node.node_id, node.hostname,
                     f"{unlisted} more stalled transfer(s) of job {job_id}, not listed (an agent "
                     "lists its oldest transfers only)", None, job_id=job_id, count=unlisted))
@@ -309,7 +302,7 @@ class _Merge:
 def build_transfers(nodes: Mapping[str, NodeLike], units: Mapping[str, dict[str, Any]],
                     now: float, last_known: LastKnownDevices | None = None) -> TransfersView:
     """The cluster's transfers from every node's compact transfers (node.data["transfers"]);
-    `units` are the round's workload units (aggregate.py), for the ends' devices;
+    `units` are the round's workload units (workloads.py), for the ends' devices;
     `last_known`, kept from round to round, gives aborts the devices their actors held."""
     reporting = sorted(((node, compact) for node in nodes.values()
                         if node.data and (compact := node.data.get("transfers", EMPTY))
