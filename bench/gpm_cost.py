@@ -17,6 +17,8 @@ import json
 import statistics
 import sys
 
+from measure import PROFILED_CYCLES
+
 from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
 
 GPM_PREFIX = "nvmlGpm"
@@ -63,8 +65,6 @@ def driver_share_lines(with_gpm: dict, no_driver: dict) -> list[str]:
 def gpm_lines(with_gpm: dict, without: dict) -> list[str]:
     """Report lines: the cycle with GPM off on every GPU, and what GPM adds (section 1)."""
     ours, off = statistics.median(with_gpm["ours"]), statistics.median(without["ours"])
-    from run import PROFILED_CYCLES  # run.py imports this module: import it when used
-
     gpm_calls = [row for row in with_gpm["our_call_costs"]
                  if row["function"].startswith(GPM_PREFIX)]
     inside = sum(row["total_us"] for row in gpm_calls) / PROFILED_CYCLES
@@ -86,7 +86,7 @@ def gpm_lines(with_gpm: dict, without: dict) -> list[str]:
 
 def measured(scenario: str | dict, rounds: int) -> dict:
     """Our cycle and Ray's provider on one scenario (bench/run.py's collection comparison)."""
-    from run import collection
+    from collection import collection  # collection.py imports this module
 
     with SimulatedHardware.start(scenario) as hardware:
         hardware.activate()

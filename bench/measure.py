@@ -1,0 +1,47 @@
+"""How the benchmarks measure and write figures: CPU per operation, medians with their spread."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+
+REPEATS = 7
+
+
+PROFILED_CYCLES = 10  # cycles whose NVML calls are counted and timed one by one
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process, all threads."""
+    return time.process_time()
+
+
+def measure(action: Callable[[], object], rounds: int, repeats: int = REPEATS,
+            clock: Callable[[], float] = cpu_seconds) -> list[float]:
+    """Seconds of `clock` (CPU by default) per call of `action`, one figure per repeat."""
+    figures = []
+    for _ in range(repeats):
+        start = clock()
+        for _ in range(rounds):
+            action()
+        figures.append((clock() - start) / rounds)
+    return figures
+
+
+def spread(values: list[float], scale: float = 1e3, unit: str = "ms") -> str:
+    """Median and (min-max) of `values`, scaled."""
+    return (f"{statistics.median(values) * scale:.3g} {unit} "
+            f"({min(values) * scale:.3g}-{max(values) * scale:.3g})")
+
+
+def target_line(ok: bool, text: str) -> str:
+    return f"- {'met' if ok else 'MISSED'}: {text}."
+
+
+def ray_version() -> str:
+    """Ray's release, also where only its provider was copied in (tools/ray_provider_subset.py)."""
+    import ray
+
+    return getattr(ray, "ray_accel_subset_of", None) or version("ray")
