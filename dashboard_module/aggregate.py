@@ -193,6 +193,30 @@ def _node_history(node_id: str, devices: Iterable[dict[str, Any]]) -> dict[str, 
     return values
 
 
+def _summary(node_total: int, statuses: dict[str, str], totals: _Totals,
+             findings: list[Finding]) -> dict[str, Any]:
+    """The cluster summary: nodes by status, devices by health, totals, findings by kind."""
+    node_counts = Counter(statuses.values())
+    models = [dict(model) for _, model in sorted(totals.models.items())]
+    return {
+        "nodes": {"total": node_total, **{s: node_counts.get(s, 0) for s in NODE_STATUSES}},
+        "devices": {"total": totals.devices["total"], "up": totals.devices["up"],
+                    "down": totals.devices[DOWN], "stale": totals.devices[STALE],
+                    "warning": totals.devices[WARNING], "ok": totals.devices[OK],
+                    "allocated": totals.devices["allocated"],
+                    "idle_allocations": totals.devices["idle_allocations"]},
+        "by_model": models,
+        "utilization": {"mean": totals.util_sum / totals.util_count if totals.util_count
+                        else None, "max": totals.util_max},
+        "memory": {"used_bytes": totals.memory_used, "total_bytes": totals.memory_total},
+        "power": {"watts": totals.power, "limit_watts": totals.power_limit},
+        "findings": {"total": len(findings),
+                     "by_severity": {s: sum(1 for f in findings if f["severity"] == s)
+                                     for s in SEVERITIES},
+                     "by_kind": dict(Counter(f["kind"] for f in findings))},
+    }
+
+
 def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None = None,
                parts: dict[str, NodePart] | None = None,
                pause: Callable[[], None] | None = None,
@@ -242,26 +266,7 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
     transfers = transfers_view.build_transfers(by_id, units, now, transfer_devices)
     findings.extend(transfers.findings)
     findings_of.ordered(findings)
-    node_counts = Counter(statuses.values())
-    models = [dict(model) for _, model in sorted(totals.models.items())]
-    summary = {
-        "nodes": {"total": len(by_id), **{s: node_counts.get(s, 0) for s in (
-            NODE_STATUSES)}},
-        "devices": {"total": totals.devices["total"], "up": totals.devices["up"],
-                    "down": totals.devices[DOWN], "stale": totals.devices[STALE],
-                    "warning": totals.devices[WARNING], "ok": totals.devices[OK],
-                    "allocated": totals.devices["allocated"],
-                    "idle_allocations": totals.devices["idle_allocations"]},
-        "by_model": models,
-        "utilization": {"mean": totals.util_sum / totals.util_count if totals.util_count
-                        else None, "max": totals.util_max},
-        "memory": {"used_bytes": totals.memory_used, "total_bytes": totals.memory_total},
-        "power": {"watts": totals.power, "limit_watts": totals.power_limit},
-        "findings": {"total": len(findings),
-                     "by_severity": {s: sum(1 for f in findings if f["severity"] == s)
-                                     for s in SEVERITIES},
-                     "by_kind": dict(Counter(f["kind"] for f in findings))},
-    }
+    summary = _summary(len(by_id), statuses, totals, findings)
     return ClusterView(
         generated_at=now, refresh_s=refresh_s, nodes=by_id, statuses=statuses, summary=summary,
         heatmap=heatmap, findings=findings, device_findings=per_device, health=health_of,

@@ -92,6 +92,27 @@ def _counted_errors(node: NodeState, device: dict[str, Any], name: str) -> list[
     return found
 
 
+def _holder_findings(node: NodeState, device: dict[str, Any], name: str) -> list[Finding]:
+    """Holders of the device that do not use it (idle) or only spin on it."""
+    found = []
+    for holder in device["holders"]:
+        who = holder["actor_class"] or holder["task_name"] or f"pid {holder['pid']}"
+        details = {"pid": holder["pid"], "ray_job_id": holder["ray_job_id"],
+                   "ray_actor_id": holder["ray_actor_id"], "ray_task_id": holder["ray_task_id"],
+                   "fraction": holder["fraction"]}
+        if holder["idle"]:
+            found.append(_finding(
+                "idle_allocation", "warning", node,
+                f"{who} holds {holder['fraction']:g} of {name} and does not use it", device,
+                **details))
+        elif holder["spinning"]:
+            found.append(_finding(
+                "spinning", "warning", node,
+                f"{who} holds {name} and spins on it: busy by NVML, its SMs nearly idle",
+                device, **details))
+    return found
+
+
 def device_findings(node: NodeState, device: dict[str, Any]) -> list[Finding]:
     """Everything wrong with one device, most severe first."""
     name = f"{device['model']} #{device['index']}"
@@ -142,21 +163,7 @@ def device_findings(node: NodeState, device: dict[str, Any]) -> list[Finding]:
                               f"{name}: suspected hung collective (busy, its interconnect "
                               "counters flat, no real compute, for the detection window)", device,
                               holders=[h["ray_actor_id"] or h["pid"] for h in device["holders"]]))
-    for holder in device["holders"]:
-        who = holder["actor_class"] or holder["task_name"] or f"pid {holder['pid']}"
-        details = {"pid": holder["pid"], "ray_job_id": holder["ray_job_id"],
-                   "ray_actor_id": holder["ray_actor_id"], "ray_task_id": holder["ray_task_id"],
-                   "fraction": holder["fraction"]}
-        if holder["idle"]:
-            found.append(_finding(
-                "idle_allocation", "warning", node,
-                f"{who} holds {holder['fraction']:g} of {name} and does not use it", device,
-                **details))
-        elif holder["spinning"]:
-            found.append(_finding(
-                "spinning", "warning", node,
-                f"{who} holds {name} and spins on it: busy by NVML, its SMs nearly idle",
-                device, **details))
+    found += _holder_findings(node, device, name)
     return found
 
 
