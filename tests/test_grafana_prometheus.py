@@ -26,7 +26,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ import yaml
 from agent_process import AgentProcess
 from board_queries import JOB, THRESHOLDS, amd_only, family_only
 from prometheus_server import PROMETHEUS, PrometheusServer
+from ray_workload import start_driver
 
 from ray_accel.demo.local_cluster import LocalRayCluster
 from ray_accel.exporter.simulate import SimulatedHardware
@@ -150,31 +150,6 @@ class Setup:
                 "ray_job_id": ".*", "job": JOB}
 
 
-def _start_workload(cluster: LocalRayCluster, out: Path) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ray_accel.demo.workload", "--address",
-         cluster.gcs_address, "--out", str(out), "--roles", "trainer,idle,servers,task"],
-        env=cluster.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if line.strip() == "workload-ready":
-            return process
-        if not line and process.poll() is not None:
-            break
-    _stop_workload(process)
-    raise RuntimeError("the workload did not start")
-
-
-def _stop_workload(process: subprocess.Popen) -> None:
-    process.stdin.close()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def _drain(stream: Any) -> None:
     """Keep reading a child's output so that it never blocks on a full pipe."""
     threading.Thread(target=lambda: stream.read(), daemon=True).start()
@@ -208,9 +183,9 @@ def setup(tmp_path_factory) -> Iterator[Setup]:
     try:
         cluster.start_head({**hardware.environ(), "CUDA_VISIBLE_DEVICES": RAY_GPUS},
                            "--num-cpus=2")
-        workload = _start_workload(cluster, folder / "job")
-        _drain(workload.stdout)
-        identities = json.loads((folder / "job" / "identities.json").read_text())
+        workload = start_driver(cluster, folder / "job", "trainer,idle,servers,task")
+        _drain(workload.process.stdout)
+        identities = workload.identities
         generated = _generate(folder / "generated")
         with AgentProcess("--ray-address", cluster.gcs_address, "--interval", "0.5",
                           "--attribution-interval", "0.5", "--task-id-cap", "0",
@@ -227,7 +202,7 @@ def setup(tmp_path_factory) -> Iterator[Setup]:
                             doc["node"]["SessionName"], doc["node"]["ray_node_id"])
     finally:
         if workload is not None:
-            _stop_workload(workload)
+            workload.stop()
         cluster.stop()
         hardware.close()
 
