@@ -29,6 +29,7 @@ from .metric_spec import (
 from .metric_spec import LINK_LABELS as LINK_LABELS
 from .metric_spec import NODE_LABELS as NODE_LABELS
 from .metric_spec import PROCESS_LABELS as PROCESS_LABELS
+from .metric_spec import RARE_READ_EVERY as RARE_READ_EVERY
 from .metric_spec import RATIO_EPSILON as RATIO_EPSILON
 from .metric_spec import RAY_LABELS as RAY_LABELS
 from .metric_spec import SCOPE_LABELS as SCOPE_LABELS
@@ -73,6 +74,7 @@ XID_ERRORS = "ray.accelerator.xid.errors"
 DEVICE_UP = "ray.accelerator.device.up"
 DEVICE_SAMPLE_AGE = "ray.accelerator.device.sample.age"
 SLOW_VALUES_AGE = "ray.accelerator.device.slow_values.age"
+RARE_VALUES_AGE = "ray.accelerator.device.rare_values.age"
 DEVICE_INFO = "ray.accelerator.device.info"
 LINK_IO = "hw.gpu.io"
 LINK_UP = "ray.accelerator.link.up"
@@ -220,7 +222,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(POWER_LIMIT, "W", "Power limit the driver enforces on the device.",
            cadence=Cadence.SLOW),
     _counter(ENERGY, "J", "Energy consumed by the device since the driver was loaded.",
-             cadence=Cadence.SLOW),
+             cadence=Cadence.RARE),
     _gauge(TEMPERATURE, "Cel", "Temperature of the given sensor.", "sensor"),
     _gauge(CLOCK_FREQUENCY, "Hz", "Current clock frequency of the given clock domain.", "clock"),
     _gauge(CLOCK_MAX_FREQUENCY, "Hz", "Maximum clock frequency of the given clock domain.",
@@ -262,6 +264,10 @@ CATALOG: tuple[MetricSpec, ...] = (
            "Seconds between the last read of the device's values marked slow cadence "
            "and the device's sample; add ray.accelerator.device.sample.age for their age now. "
            "Present where the backend reads on a cadence (NVIDIA)."),
+    _gauge(RARE_VALUES_AGE, "s",
+           "Seconds between the last read of the device's values marked rare cadence "
+           "(energy) and the device's sample; add ray.accelerator.device.sample.age for their "
+           "age now. Present where the backend reads on a cadence (NVIDIA)."),
     _info(DEVICE_INFO, "Static facts about the device.",
           "pci_bus_id", "parent_uuid", "architecture", "driver_version", "serial", "numa_node",
           "cpu_affinity", "nvlink_domain", "nearest_nics"),

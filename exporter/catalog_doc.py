@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from .catalog import CATALOG, SCOPE_LABELS, SLOW_READ_INTERVAL_S, Cadence, Kind, MetricSpec, Scope
+from .catalog import (
+    CATALOG,
+    RARE_READ_EVERY,
+    SCOPE_LABELS,
+    SLOW_READ_INTERVAL_S,
+    Cadence,
+    Kind,
+    MetricSpec,
+    Scope,
+)
 
 _SCOPE_TITLES = {
     Scope.DEVICE: "Device metrics",
@@ -52,7 +61,10 @@ cadence (NVIDIA): every `--slow-read-interval` seconds (default {slow:g} s), eac
 device at its own point of that interval so that no cycle reads them all, and
 their last values exported in between. How old they are is
 `ray_accelerator_device_slow_values_age_seconds` (at the sample) plus
-`ray_accelerator_device_sample_age_seconds`. Everything else is read every cycle.
+`ray_accelerator_device_sample_age_seconds`. Metrics marked *rare cadence* (the energy
+counter, whose read costs a real H200's driver about 5 ms of CPU) are read the same way
+every {rare:g} s ({every} slow intervals), their age in
+`ray_accelerator_device_rare_values_age_seconds`. Everything else is read every cycle.
 """
 
 
@@ -64,15 +76,16 @@ def _row(spec: MetricSpec) -> str:
     if spec.kind is Kind.COUNTER:
         valid += ", never decreasing"
     description = spec.description
-    if spec.cadence is Cadence.SLOW:
-        description += " *Slow cadence.*"
+    if spec.cadence is not Cadence.CYCLE:
+        description += f" *{spec.cadence.value.capitalize()} cadence.*"
     return (f"| `{spec.prometheus_name}` | `{spec.name}` | {kind} | {unit} | {labels} | "
             f"{valid} | {description} |")
 
 
 def render_markdown() -> str:
     """The whole catalog document."""
-    parts = [_HEADER.format(slow=SLOW_READ_INTERVAL_S)]
+    parts = [_HEADER.format(slow=SLOW_READ_INTERVAL_S, every=RARE_READ_EVERY,
+                            rare=SLOW_READ_INTERVAL_S * RARE_READ_EVERY)]
     for scope, title in _SCOPE_TITLES.items():
         specs = [s for s in CATALOG if s.scope is scope]
         common = ", ".join(f"`{n}`" for n in SCOPE_LABELS[scope]) or "none"

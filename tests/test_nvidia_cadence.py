@@ -1,9 +1,11 @@
-"""The NVIDIA backend's slow cadence (exporter/backends/nvidia/cadence.py).
+"""The NVIDIA backend's slow and rare cadences (exporter/backends/nvidia/cadence.py).
 
-Values the catalog marks `Cadence.SLOW` (energy, error counters, link states...)
-are read on a device's first cycle and then every `slow_read_interval_s`, each
-GPU at its own point of the interval; in between their last values are exported
-with their age, and a device lost in between keeps its counters. The real
+Values the catalog marks `Cadence.SLOW` (error counters, link states...) are read
+on a device's first cycle and then every `slow_read_interval_s`, each GPU at its
+own point of the interval; the energy counter (`Cadence.RARE`) the same way every
+`RARE_READ_EVERY` intervals. In between their last values are exported with
+their age, and a device lost in between keeps its counters. Per-process utilization
+costs one driver call a read, not the binding's two. The real
 nvidia-ml-py binding reads the fake libnvidia-ml.so.1 of the `hgx-h200` node
 (its simulated driver time removed), on a clock the tests step.
 """
@@ -24,7 +26,12 @@ from stepped_clock import SteppedClock
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.backends.nvidia.interconnect import NVLINK
-from ray_accel.exporter.backends.nvidia.probes import DEVICE_PROBES, SLOW_PROBES, DeviceState
+from ray_accel.exporter.backends.nvidia.probes import (
+    DEVICE_PROBES,
+    RARE_PROBES,
+    SLOW_PROBES,
+    DeviceState,
+)
 from ray_accel.exporter.model import DeviceSample
 from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
@@ -34,6 +41,8 @@ from ray_accel.exporter.store import SnapshotStore
 INTERVAL_S = 10.0
 GPUS = 8
 ENERGY_CALL = "nvmlDeviceGetTotalEnergyConsumption"
+SLOW_CALL = "nvmlDeviceGetPcieReplayCounter"  # one of the slow probes' calls
+PROCESS_CALL = "nvmlDeviceGetProcessUtilization"
 
 
 @pytest.fixture
@@ -103,35 +112,54 @@ def _link_values(sample: DeviceSample, metric: str) -> dict[tuple[int, tuple], f
             if link.link_type == NVLINK for r in link.readings if r.metric == metric}
 
 
-def test_slow_values_are_read_on_their_cadence_spread_over_the_gpus(node, nvml_calls):
+def _reads_over(seconds: int, call: str, metric: str, nvml_calls: Counter[str]
+                ) -> tuple[dict[str, list[int]], dict[str, list[float | None]]]:
+    """GPU index -> the seconds (of one cycle a second) at which `call` was made, and the
+    values of `metric` each cycle exported."""
     clock = SteppedClock(1000.0)
     backend, devices = _opened(clock)
     try:
-        read_at: dict[str, list[int]] = {d.uuid: [] for d in devices}
-        energy: dict[str, list[float]] = {d.uuid: [] for d in devices}
-        for second in range(31):
+        read_at: dict[str, list[int]] = {d.index: [] for d in devices}
+        values: dict[str, list[float | None]] = {d.index: [] for d in devices}
+        for second in range(seconds):
             clock.now = 1000.0 + second
             for device in devices:
-                before = nvml_calls[ENERGY_CALL]
+                before = nvml_calls[call]
                 sample = backend.sample(device)
                 assert sample.up
-                if nvml_calls[ENERGY_CALL] > before:
-                    read_at[device.uuid].append(second)
-                energy[device.uuid].append(_value(sample, m.ENERGY))
+                if nvml_calls[call] > before:
+                    read_at[device.index].append(second)
+                values[device.index].append(_value(sample, metric))
             time.sleep(0.01)  # the simulated energy counter moves on meanwhile
     finally:
         backend.close()
-    by_index = {d.index: read_at[d.uuid] for d in devices}
+    return read_at, values
+
+
+def _at_most_one_gpu_per_later_cycle(read_at: dict[str, list[int]]) -> bool:
+    later = Counter(t for times in read_at.values() for t in times if t > 0)
+    return max(later.values()) == 1
+
+
+def test_slow_values_are_read_on_their_cadence_spread_over_the_gpus(node, nvml_calls):
+    read_at, _ = _reads_over(31, SLOW_CALL, m.SLOW_VALUES_AGE, nvml_calls)
     # the first cycle reads everything; then each GPU every 10 s, at its own point
-    assert by_index["0"] == [0, 10, 20, 30]
-    assert by_index["4"] == [0, 5, 15, 25]
-    assert all(times[0] == 0 and len(times) in (3, 4) for times in by_index.values())
-    later = Counter(t for times in by_index.values() for t in times if t > 0)
-    assert max(later.values()) == 1  # no cycle after the first pays for two GPUs' slow reads
-    for device in devices:  # in between, the value last read, unchanged; fresh at each read
-        series, reads = energy[device.uuid], read_at[device.uuid]
-        for second in range(1, 31):
-            if second in reads:
+    assert read_at["0"] == [0, 10, 20, 30]
+    assert read_at["4"] == [0, 5, 15, 25]
+    assert all(times[0] == 0 and len(times) in (3, 4) for times in read_at.values())
+    assert _at_most_one_gpu_per_later_cycle(read_at)  # no cycle pays for two GPUs' slow reads
+
+
+def test_energy_is_read_on_the_rare_cadence_and_exported_as_last_read(node, nvml_calls):
+    read_at, energy = _reads_over(41, ENERGY_CALL, m.ENERGY, nvml_calls)
+    # every 2 slow intervals (20 s), each GPU at its own point of them
+    assert read_at["0"] == [0, 20, 40]
+    assert read_at["4"] == [0, 10, 30]
+    assert read_at["2"] == [0, 5, 25]
+    assert _at_most_one_gpu_per_later_cycle(read_at)
+    for index, series in energy.items():  # in between, the value last read; fresh at each read
+        for second in range(1, 41):
+            if second in read_at[index]:
                 assert series[second] > series[second - 1]
             else:
                 assert series[second] == series[second - 1]
@@ -143,12 +171,15 @@ def test_the_age_of_slow_values_is_exported_with_them(node):
     first = devices[0]
     try:
         ages = []
-        for second in (0, 3, 9, 10, 12):
+        for second in (0, 3, 9, 10, 12, 19, 20, 21):
             clock.now = 1000.0 + second
-            ages.append(_value(backend.sample(first), m.SLOW_VALUES_AGE))
+            sample = backend.sample(first)
+            ages.append((_value(sample, m.SLOW_VALUES_AGE), _value(sample, m.RARE_VALUES_AGE)))
     finally:
         backend.close()
-    assert ages == [0.0, 3.0, 9.0, 0.0, 2.0]  # GPU 0 reads at 0, 10, 20...
+    # GPU 0 reads its slow values at 0, 10, 20..., its energy at 0, 20, 40...
+    assert [slow for slow, _ in ages] == [0.0, 3.0, 9.0, 0.0, 2.0, 9.0, 0.0, 1.0]
+    assert [rare for _, rare in ages] == [0.0, 3.0, 9.0, 10.0, 12.0, 19.0, 0.0, 1.0]
 
 
 def test_the_age_reaches_prometheus_and_fresh_values_stay_fresh(node):
@@ -244,10 +275,13 @@ def test_every_slow_probe_metric_is_slow_in_the_catalog_and_no_cycle_probe_metri
                 for r in probe(tracked.calls, tracked.handle, state)}
         every = {r.metric for probe in DEVICE_PROBES
                  for r in probe(tracked.calls, tracked.handle, state)}
+        rare = {r.metric for probe in RARE_PROBES
+                for r in probe(tracked.calls, tracked.handle, state)}
     finally:
         backend.close()
-    assert {m.ENERGY, m.POWER_LIMIT, m.HW_ERRORS} <= slow
+    assert {m.POWER_LIMIT, m.HW_ERRORS} <= slow and rare == {m.ENERGY}
     assert all(m.spec(metric).cadence is m.Cadence.SLOW for metric in slow)
+    assert all(m.spec(metric).cadence is m.Cadence.RARE for metric in rare)
     assert all(m.spec(metric).cadence is m.Cadence.CYCLE for metric in every)
 
 
@@ -289,3 +323,39 @@ def test_field_values_are_read_back_as_their_value_type_says(member, value_type,
     assert (kind, status, missing) == (value_type, pynvml.NVML_SUCCESS,
                                        pynvml.NVML_ERROR_NOT_SUPPORTED)
     assert interconnect._field_number(kind, raw) == getattr(values[0].value, member) == value
+
+
+def _crowd(pids: list[int], doc: dict) -> None:
+    """GPU 7 (idle and empty in the scenario) gets a process per pid, each its own SM share."""
+    doc["devices"][7]["processes"] = [
+        {"pid": pid, "used_memory_bytes": 2**30, "sm_percent": 1 + n, "memory_percent": 2}
+        for n, pid in enumerate(pids)]
+
+
+def test_process_utilization_is_one_driver_call_its_buffer_grown_once(node, nvml_calls):
+    pids = list(range(50001, 50041))  # more samples than the buffer first holds
+    node.modify(partial(_crowd, pids))
+    clock = SteppedClock(1000.0)
+    backend, devices = _opened(clock)
+    gpu = next(d for d in devices if d.index == "7")
+    try:
+        handle = backend._tracked[gpu.uuid].handle
+        deadline = time.monotonic() + 30
+        while (len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) < len(pids)
+               and time.monotonic() < deadline):
+            time.sleep(0.02)  # the fake takes up a changed scenario within 10 ms
+        calls, shares = [], []
+        for _ in range(3):
+            clock.now += 1.0
+            time.sleep(0.2)  # a newer sample each time: the driver samples every 167 ms
+            before = nvml_calls[PROCESS_CALL]
+            sample = backend.sample(gpu)
+            calls.append(nvml_calls[PROCESS_CALL] - before)
+            shares.append({process.pid: value for process in sample.processes
+                           for r in process.readings if r.metric == m.PROCESS_UTILIZATION
+                           and r.labels == (("engine", m.ENGINE_SM),) for value in [r.value]})
+    finally:
+        backend.close()
+    assert calls == [2, 1, 1]  # too small once (the driver says how many), then one call each
+    expected = {pid: (1 + n) / 100 for n, pid in enumerate(pids)}
+    assert shares == [expected] * 3

@@ -26,11 +26,11 @@ from ..base import (
     unavailable,
 )
 from ..calls import text
-from .cadence import DEFAULT_INTERVAL_S, SlowReads, phase_of
+from .cadence import DEFAULT_INTERVAL_S, SlowReads, phase_of, rare_reads
 from .calls import BACKEND_NAME, DeviceCalls, DeviceDown, error_kind
 from .interconnect import LinkLayout, discover_nvlinks, pcie_max_readings, read_links
 from .joining import NodeTopology
-from .probes import DEVICE_PROBES, SLOW_PROBES, DeviceState, processes
+from .probes import DEVICE_PROBES, RARE_PROBES, SLOW_PROBES, DeviceState, processes
 from .topology import placement_facts
 from .xid import XidWatcher
 
@@ -121,8 +121,9 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             migs.append(_Tracked(mig, mig_handle, mig_calls))
         self._place(tracked, migs)
         for each in (tracked, *migs):
-            each.state.slow = SlowReads(self.slow_read_interval_s,
-                                        phase_of(each.device.index, self._gpu_count))
+            phase = phase_of(each.device.index, self._gpu_count)
+            each.state.slow = SlowReads(self.slow_read_interval_s, phase)
+            each.state.rare = rare_reads(self.slow_read_interval_s, phase)
         if self._xid is not None:
             self._xid.watch(tracked.device.uuid, handle)
         self._topology.join(tracked, migs, self._tracked)
@@ -152,15 +153,17 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         if tracked.links is not None:
             links, pcie = read_links(calls, handle, tracked.links, slow=due)
             readings.extend(pcie)
-        if due:
-            fresh: list[Reading] = []
-            for probe in SLOW_PROBES:
-                fresh.extend(probe(calls, handle, state))
-            slow.done(now, tuple(fresh))
-        readings.extend(slow.readings)
-        age = slow.age(now)
-        if age is not None:
-            readings.append(age)
+        for schedule, probes, read_now in ((slow, SLOW_PROBES, due),
+                                           (state.rare, RARE_PROBES, state.rare.due(now))):
+            if read_now:
+                fresh: list[Reading] = []
+                for probe in probes:
+                    fresh.extend(probe(calls, handle, state))
+                schedule.done(now, tuple(fresh))
+            readings.extend(schedule.readings)
+            age = schedule.age(now)
+            if age is not None:
+                readings.append(age)
         procs = processes(calls, handle, state)
         readings.extend(self._xid_readings(tracked.device.uuid))
         return DeviceReads(tuple(readings), links, procs)

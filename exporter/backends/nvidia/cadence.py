@@ -10,6 +10,10 @@ interconnect.py). Each device reads them on its first cycle, then every
 of landing in one cycle. In between, the last values are exported again with
 their age (`SLOW_VALUES_AGE`), so none looks fresher than it is; a device that
 goes down keeps them as counters like any other (exporter/carry.py).
+
+The energy counter (`Cadence.RARE`, about 5 ms of a real H200's driver CPU per read)
+is read the same way every `RARE_READ_EVERY` slow intervals, with an age of its own
+(`RARE_VALUES_AGE`); `RARE_PROBES` in probes.py reads it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from ... import catalog as m
 from ...model import Reading
 
 DEFAULT_INTERVAL_S = m.SLOW_READ_INTERVAL_S
+RARE_READ_EVERY = m.RARE_READ_EVERY
 
 
 def phase_of(index: str, gpus: int) -> float:
@@ -33,12 +38,13 @@ def phase_of(index: str, gpus: int) -> float:
 
 @dataclass
 class SlowReads:
-    """One device's slow-cadence schedule and its last slow values."""
+    """One device's schedule on one cadence (slow, or rare) and the values it last read."""
 
     interval_s: float = DEFAULT_INTERVAL_S
     phase: float = 0.0
     readings: tuple[Reading, ...] = ()
     read_at: float | None = None  # the backend's clock at the last slow read
+    age_metric: str = m.SLOW_VALUES_AGE
     _next_at: float | None = None
 
     def due(self, now: float) -> bool:
@@ -59,4 +65,9 @@ class SlowReads:
         """The age of the last slow values at `now`, as a reading; None before the first read."""
         if self.read_at is None:
             return None
-        return Reading(m.SLOW_VALUES_AGE, max(now - self.read_at, 0.0))
+        return Reading(self.age_metric, max(now - self.read_at, 0.0))
+
+
+def rare_reads(slow_interval_s: float, phase: float) -> SlowReads:
+    """The rare cadence's schedule of a device whose slow interval is `slow_interval_s`."""
+    return SlowReads(slow_interval_s * RARE_READ_EVERY, phase, age_metric=m.RARE_VALUES_AGE)

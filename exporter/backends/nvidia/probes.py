@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pynvml
@@ -16,10 +17,11 @@ import pynvml
 from ... import catalog as m
 from ...model import ProcessSample, Reading
 from ..calls import reading
-from .cadence import SlowReads
+from .cadence import DEFAULT_INTERVAL_S, SlowReads, rare_reads
 from .calls import DeviceCalls
 from .fabric import fabric
 from .gpm import GpmActivity
+from .process_samples import SampleBuffer, nvmlDeviceGetProcessUtilization
 
 MHZ = 1_000_000
 
@@ -53,6 +55,8 @@ class DeviceState:
     static_readings: tuple[Reading, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     slow: SlowReads = field(default_factory=SlowReads)
+    rare: SlowReads = field(default_factory=partial(rare_reads, DEFAULT_INTERVAL_S, 0.0))
+    process_samples: SampleBuffer = field(default_factory=SampleBuffer)
 
 
 Probe = Callable[[DeviceCalls, Any, DeviceState], Iterable[Reading]]
@@ -94,11 +98,15 @@ def power(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
 # when they are read, and a slow call's answer is not reused on top of it.
 
 
-def power_budget(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
-    """The enforced power limit and the energy counter (slow cadence)."""
+def power_limit(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
+    """The enforced power limit (slow cadence)."""
     limit = nvml.call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle, every_cycle=True)
     if limit is not None:
         yield reading(m.POWER_LIMIT, limit / 1000)
+
+
+def energy(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
+    """The energy counter (rare cadence: about 5 ms of a real H200's driver CPU a read)."""
     millijoules = nvml.call(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle,
                             every_cycle=True)
     if millijoules is not None:
@@ -190,7 +198,9 @@ DEVICE_PROBES: tuple[Probe, ...] = (
     utilization, memory, power, temperature, clocks, throttling, activity, fabric,
 )
 # Read on the slow cadence (cadence.py); every metric they yield is `Cadence.SLOW` in the catalog.
-SLOW_PROBES: tuple[Probe, ...] = (power_budget, errors, memory_health)
+SLOW_PROBES: tuple[Probe, ...] = (power_limit, errors, memory_health)
+# Read on the rare cadence; every metric they yield is `Cadence.RARE` in the catalog.
+RARE_PROBES: tuple[Probe, ...] = (energy,)
 
 
 def processes(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[ProcessSample, ...]:
@@ -220,8 +230,8 @@ def _process_utilization(
 ) -> dict[int, tuple[Reading, ...]]:
     # NVML keeps a buffer of samples; asking with the newest timestamp seen so
     # far returns only new ones. NotFound means no process was busy since then.
-    found = nvml.call(pynvml.nvmlDeviceGetProcessUtilization, handle,
-                      state.last_process_sample_us, empty_on=_NOT_FOUND, empty=[])
+    found = nvml.call(nvmlDeviceGetProcessUtilization, handle, state.last_process_sample_us,
+                      state.process_samples, empty_on=_NOT_FOUND, empty=[])
     latest: dict[int, Any] = {}
     for sample in found or ():
         if sample.pid not in latest or sample.timeStamp > latest[sample.pid].timeStamp:
