@@ -14,7 +14,9 @@ A vendor backend says only how its library's exceptions map to a `Failure`
 - an exception that is not the vendor library's (its Python layer failing to
   convert an answer, say) is permanent, of kind `wrapper_<exception type>`.
 
-Optionally (NVIDIA turns it on) a call that spent more than `slow_call_cpu_s`
+Calls of every vendor module (NVML, amdsmi, pyhlml) are timed into `CALL_CPU_S`,
+by function, so that `ray-accel record` can replay each costly call as a `busy`
+delay. Optionally (NVIDIA turns it on) a call that spent more than `slow_call_cpu_s`
 of this thread's CPU time twice in a row is answered from its last result until
 `slow_reuse_s` has passed, then read and timed again, so the agent's cost stays
 flat and no value is older than that. Calls made with `every_cycle=True` (link
@@ -41,6 +43,13 @@ log = logging.getLogger(__name__)
 
 FUNCTION_NOT_FOUND = "function_not_found"
 SLOW_REUSE_S = 10.0
+#: A call that averages more CPU time than this is costly: recorded as a `busy` delay (and
+#: NVIDIA's slow-call threshold). A call within it is timed by the wall clock alone.
+COSTLY_CALL_CPU_S = 0.0003
+#: Vendor function -> [calls answered, thread CPU seconds they spent (a fast call: its wall
+#: time, which bounds them)] since the process started, for every vendor whose calls count
+#: their costs (the function names tell the vendors apart).
+CALL_CPU_S: dict[str, list[float]] = {}
 _REPORTED_SLOW: set[str] = set()  # slow functions already logged, once per process
 
 
@@ -141,6 +150,8 @@ class VendorCalls(CallErrors):
         self._clock = clock
         self._slow_call_cpu_s = slow_call_cpu_s
         self._slow_reuse_s = slow_reuse_s
+        # what a call's wall time must stay within to be timed by the wall clock alone
+        self._fast_within = COSTLY_CALL_CPU_S if slow_call_cpu_s is None else slow_call_cpu_s
         self._costs = call_costs  # function -> [calls answered, thread CPU seconds]
         self._timed = slow_call_cpu_s is not None or call_costs is not None
         self._reused: dict[str, tuple[float, Any]] = {}  # name -> (reuse until, answer)
@@ -170,7 +181,8 @@ class VendorCalls(CallErrors):
         name = function + (f"[{key}]" if key else "")
         if name in self._unsupported:
             return None
-        if self._timed:
+        now = 0.0
+        if self._slow_call_cpu_s is not None:  # slow answers may be reused
             now = self._clock()
             reused = self._reused.get(name)
             if reused is not None and now < reused[0]:
@@ -208,13 +220,13 @@ class VendorCalls(CallErrors):
         """
         cpu_before, wall_before = started
         spent = time.perf_counter() - wall_before
-        threshold = self._slow_call_cpu_s
-        if threshold is None or spent > threshold:
+        threshold = self._fast_within
+        if spent > threshold:
             if cpu_before is None:
                 self._fast.discard(name)
                 return
             spent = time.thread_time() - cpu_before
-        if threshold is not None and spent <= threshold:
+        if spent <= threshold:
             self._fast.add(name)
         if self._costs is not None:
             cost = self._costs.setdefault(function, [0, 0.0])
@@ -242,9 +254,11 @@ class ModuleCalls(VendorCalls):
     """Calls named by function of a vendor module (amdsmi, pyhlml): ``call("fn", *args)``.
 
     A function this release of the module lacks is permanent (`function_not_found`).
+    Their costs are counted in `CALL_CPU_S` unless `call_costs` says otherwise.
     """
 
     def __init__(self, library: ModuleType, tally: ErrorTally, **options: Any) -> None:
+        options.setdefault("call_costs", CALL_CPU_S)
         super().__init__(tally, **options)
         self.library = library
 

@@ -21,7 +21,15 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from ..calls import SLOW_REUSE_S, DeviceDown, ErrorTally, Failure, VendorCalls
+from ..calls import (
+    CALL_CPU_S,
+    COSTLY_CALL_CPU_S,
+    SLOW_REUSE_S,
+    DeviceDown,
+    ErrorTally,
+    Failure,
+    VendorCalls,
+)
 
 __all__ = ["BACKEND_NAME", "CALL_CPU_S", "SLOW_CALL_CPU_S", "SLOW_REUSE_S", "DeviceCalls",
            "DeviceDown", "error_kind"]
@@ -29,12 +37,7 @@ __all__ = ["BACKEND_NAME", "CALL_CPU_S", "SLOW_CALL_CPU_S", "SLOW_REUSE_S", "Dev
 T = TypeVar("T")
 
 BACKEND_NAME = "nvidia"
-SLOW_CALL_CPU_S = 0.0003
-
-#: NVML function -> [calls answered, thread CPU seconds they spent (a fast call: its wall
-#: time, which bounds them)], since the process
-#: started (`ray-accel record` turns costly calls into `busy` delay rules).
-CALL_CPU_S: dict[str, list[float]] = {}
+SLOW_CALL_CPU_S = COSTLY_CALL_CPU_S  # the cost at which a recorded call becomes a busy delay
 
 _PERMANENT = frozenset({
     pynvml.NVML_ERROR_NOT_SUPPORTED,
