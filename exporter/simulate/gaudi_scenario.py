@@ -15,6 +15,7 @@ from typing import Any
 from ..backends.gaudi.status import HLML_RETURN
 from . import checks
 from .checks import ScenarioError
+from .nvml_vocabulary import MAX_DELAY_S
 
 MAX_DEVICES = 64
 MAX_PORTS = 128  # two 64-bit port masks (HLML_DEFINES.PORTS_ARR_SIZE)
@@ -71,8 +72,8 @@ PYHLML_FUNCTIONS: tuple[str, ...] = (
 )
 
 _SECTION_KEYS = ("driver_version", "hlml_version", "nic_driver_version", "import_error",
-                 "init_error", "device_defaults", "devices", "errors", "unsupported",
-                 "workloads")
+                 "init_error", "device_defaults", "devices", "errors", "delays",
+                 "unsupported", "workloads")
 _WORKLOAD_KEYS = ("pid", "modules", "utilization_percent", "memory_bytes", "while_alive")
 
 
@@ -177,13 +178,17 @@ def _function(value: Any, path: str) -> str:
     return name
 
 
-def _normalize_errors(rules: Any, path: str, count: int) -> list[dict[str, Any]]:
+def _normalize_rules(rules: Any, path: str, count: int, keys: tuple[str, ...],
+                     own: Callable[[Mapping[str, Any], str], dict[str, Any]]
+                     ) -> list[dict[str, Any]]:
+    """Rules naming a pyhlml function, optionally a card and a time window, and the
+    `keys` that `own` checks (the first of them required)."""
     out = []
     for i, rule in enumerate(checks.sequence(rules, path)):
         where = f"{path}[{i}]"
         checks.keys(checks.mapping(rule, where), where,
-                    ("function", "device", "code", "from_s", "until_s"),
-                    required=("function", "code"))
+                    ("function", "device", *keys, "from_s", "until_s"),
+                    required=("function", keys[0]))
         device = rule.get("device")
         if device is not None:
             checks.integer(device, f"{where}.device")
@@ -195,9 +200,22 @@ def _normalize_errors(rules: Any, path: str, count: int) -> list[dict[str, Any]]
         if until is not None and checks.number(until, f"{where}.until_s", lo=0) <= start:
             raise checks.fail(f"{where}.until_s", "must be after from_s")
         out.append({"function": _function(rule["function"], f"{where}.function"),
-                    "device": device, "code": error_code(rule["code"], f"{where}.code"),
-                    "from_s": start, "until_s": until})
+                    "device": device, **own(rule, where), "from_s": start, "until_s": until})
     return out
+
+
+def _normalize_errors(rules: Any, path: str, count: int) -> list[dict[str, Any]]:
+    """`errors`: a call raises HLMLError(`code`) in the window."""
+    return _normalize_rules(rules, path, count, ("code",), lambda rule, where: {
+        "code": error_code(rule["code"], f"{where}.code")})
+
+
+def _normalize_delays(rules: Any, path: str, count: int) -> list[dict[str, Any]]:
+    """`delays`: a call takes `seconds` (spent on the CPU when `busy`) in the window, then
+    answers as it would have."""
+    return _normalize_rules(rules, path, count, ("seconds", "busy"), lambda rule, where: {
+        "seconds": checks.number(rule["seconds"], f"{where}.seconds", lo=0, hi=MAX_DELAY_S),
+        "busy": checks.boolean(rule.get("busy", False), f"{where}.busy")})
 
 
 def _normalize_workloads(value: Any, path: str, modules: Sequence[int]) -> list[dict[str, Any]]:
@@ -279,6 +297,8 @@ def normalize_section(value: Any, path: str) -> dict[str, Any]:
         errors.append({"function": _function(name, f"{path}.unsupported[{i}]"), "device": None,
                        "code": HLML_RETURN["NOT_SUPPORTED"], "from_s": 0.0, "until_s": None})
     out["errors"] = errors
+    out["delays"] = _normalize_delays(section.get("delays") or [], f"{path}.delays",
+                                      len(devices))
     out["workloads"] = _normalize_workloads(section.get("workloads") or [], f"{path}.workloads",
                                             [d["module_id"] for d in devices])
     return out

@@ -4,7 +4,7 @@ The scenario comes from ``scenario.json`` beside the state file named by
 RAY_ACCEL_FAKE_NVML_STATE (written by `SimulatedHardware`), re-read when it
 changes, so tests and other processes can update it while this one runs. Calls
 follow the fake NVML's order of checks: initialised, injected delay, valid
-handle, lost GPU, injected error.
+handle, lost GPU, injected error. A `busy` delay spends its time on the CPU.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from ray_accel.exporter.simulate.amd_scenario import AMD, AMD_WILDCARD, AMDSMI_STATUS, vendor_of
 from ray_accel.exporter.simulate.contexts import pid_alive
+from ray_accel.exporter.simulate.delays import pass_delay
 from ray_accel.exporter.simulate.saved import (
     SavedScenario,
     read_once,
@@ -148,8 +149,7 @@ class Simulation:
             self._load()
             found = self._resolve(value)
             delay = self._rule("delays", function, found.index if found else None)
-        if delay is not None and delay["seconds"] > 0:
-            time.sleep(delay["seconds"])  # without the lock: other devices keep answering
+        pass_delay(delay)  # without the lock: other devices keep answering
         with self._lock:
             target = self._resolve(value)
             if device_call:

@@ -4,7 +4,9 @@ The scenario is the saved expanded scenario of `SimulatedHardware` (its path in
 RAY_ACCEL_FAKE_PYHLML_SCENARIO, else ``scenario.json`` beside the state file
 named by RAY_ACCEL_FAKE_NVML_STATE), re-read when it changes, so tests and
 other processes can change it while this one runs. Each call checks, in order:
-initialised, valid handle, device lost, injected error, value defined.
+initialised, injected delay (slept, or spent on the CPU when `busy`, without the
+lock: other cards keep answering), valid handle, device lost, injected error,
+value defined.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray_accel.exporter.simulate.contexts import pid_alive
+from ray_accel.exporter.simulate.delays import pass_delay
 from ray_accel.exporter.simulate.gaudi_scenario import WILDCARD
 from ray_accel.exporter.simulate.saved import (
     SavedScenario,
@@ -93,14 +96,12 @@ class Simulation:
     # -- calls ---------------------------------------------------------------
 
     def check(self, function: str) -> None:
-        """A call that takes no device: initialised and no injected error."""
-        with self._lock:
-            self._enter(function, None)
+        """A call that takes no device: initialised and no injected delay or error."""
+        self._enter(function, None)
 
     def device(self, function: str, handle: Any) -> Mapping[str, Any]:
         """The scenario device a handle names, after the checks every device call makes."""
-        with self._lock:
-            return self._enter(function, handle)
+        return self._enter(function, handle)
 
     def workloads_on(self, device: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         """The live ``gaudi.workloads`` using this card (by its module id)."""
@@ -114,28 +115,41 @@ class Simulation:
             return list(self.section.get("devices") or ())
 
     def _enter(self, function: str, handle: Any) -> Any:
-        if not self.initialized:
-            raise error("UNINITIALIZED")
-        self._load()
-        position = None
-        device = None
-        if handle is not None:
-            value = handle.value if isinstance(handle, ctypes.c_void_p) else None
-            devices = self.section.get("devices") or []
-            if not value or not 0 < value <= len(devices):
-                raise error("INVALID_ARGUMENT")
-            position, device = value - 1, devices[value - 1]
-            lost_at = device.get("lost_at_s")
-            if lost_at is not None and self.time() >= lost_at:
-                raise error("AIP_IS_LOST")
-        rule = self._rule(function, position)
+        with self._lock:
+            if not self.initialized:
+                raise error("UNINITIALIZED")
+            self._load()
+            delay = self._rule("delays", function, self._position(handle))
+        pass_delay(delay)
+        with self._lock:
+            if delay is not None:
+                self._load()  # it may have changed meanwhile
+            position = self._position(handle)
+            device = None
+            if handle is not None:
+                if position is None:
+                    raise error("INVALID_ARGUMENT")
+                device = self.section["devices"][position]
+                lost_at = device.get("lost_at_s")
+                if lost_at is not None and self.time() >= lost_at:
+                    raise error("AIP_IS_LOST")
+            rule = self._rule("errors", function, position)
         if rule is not None:
             raise HLMLError(rule["code"])
         return device
 
-    def _rule(self, function: str, position: int | None) -> Mapping[str, Any] | None:
+    def _position(self, handle: Any) -> int | None:
+        """The position in ``gaudi.devices`` of the card a handle names; None if none."""
+        if handle is None:
+            return None
+        value = handle.value if isinstance(handle, ctypes.c_void_p) else None
+        count = len(self.section.get("devices") or ())
+        return value - 1 if value and 0 < value <= count else None
+
+    def _rule(self, kind: str, function: str, position: int | None) -> Mapping[str, Any] | None:
+        """The first `errors` or `delays` rule of the section matching the call now."""
         t = self.time()
-        for rule in self.section.get("errors") or ():
+        for rule in self.section.get(kind) or ():
             if rule["function"] not in (function, WILDCARD):
                 continue
             if rule["device"] is not None and rule["device"] != position:
