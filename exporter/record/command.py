@@ -110,7 +110,7 @@ def write_new(path: pathlib.Path, document: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """The `record` command: 0 written, 1 nothing to record or the agent failed."""
-    from ..backends.nvidia.calls import CALL_CPU_S
+    from ..backends.calls import CALL_CPU_S
     from ..simulate import load_scenario
     from .scenario_file import (
         NOT_RECORDED,

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from ..backends.nvidia.calls import CALL_CPU_S
+from ..backends.calls import CALL_CPU_S
 from ..serving import json_error
 from .command import parse_duration
 from .history import History

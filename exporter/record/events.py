@@ -6,44 +6,55 @@
 - a device that went down (not stale) becomes `lost_at_s` just after its last good sample;
 - a device that stopped answering (stale) becomes `delays` rules on its sampling calls;
 - XID events are placed at the cycle their count grew in (before the recording: t = 0);
-- a call whose measured CPU cost is above the agent's slow-call threshold becomes a
-  `busy` delay, so a benchmark on the replay costs what the node costs.
+- a call whose measured CPU cost (NVML, amdsmi, pyhlml: the call wrapper times each
+  vendor's calls by function) averaged above `COSTLY_CALL_CPU_S` becomes a `busy`
+  delay, so a benchmark on the replay costs what the node costs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .. import catalog as m
-from ..backends.nvidia.calls import SLOW_CALL_CPU_S
+from ..backends.calls import COSTLY_CALL_CPU_S
 from .series import DeviceSeries, label_map
+
+
+def failure_windows(series: DeviceSeries, interval_s: float,
+                    recorded: Callable[[str, str], bool],
+                    name: Callable[[str], str] = lambda call: call,
+                    ) -> list[tuple[str, str, float, float]]:
+    """(name, kind, from_s, until_s) of each run of cycles in which a call (named with its
+    key, as in a sample's `errors`; `name` maps it to what a rule names) failed with a
+    kind that `recorded(call, kind)` accepts; a window reaches half an interval either
+    side of its run."""
+    windows: dict[tuple[str, str], list[list[float]]] = {}
+    for t, errors in series.errors:
+        for call, kind in errors.items():
+            if not recorded(call, kind):
+                continue
+            runs = windows.setdefault((name(call), kind), [])
+            if runs and t - runs[-1][1] <= 1.5 * interval_s:
+                runs[-1][1] = t
+            else:
+                runs.append([t, t])
+    return [(named, kind, round(max(first - interval_s / 2, 0.0), 3),
+             round(last + interval_s / 2, 3))
+            for (named, kind), runs in sorted(windows.items()) for first, last in runs]
 
 
 def error_rules(index: int, series: DeviceSeries, interval_s: float, call_prefix: str,
                 absent_kinds: Collection[str]) -> list[dict[str, Any]]:
     """`errors` rules of one device from the per-cycle errors of its samples: the calls
-    named `call_prefix...` that failed other than with one of `absent_kinds`."""
-    windows: dict[tuple[str, str], list[list[float]]] = {}
-    for t, errors in series.errors:
-        for function, kind in errors.items():
-            if kind in absent_kinds:
-                continue
-            name = function.partition("[")[0]
-            if not name.startswith(call_prefix):  # the backend's own names ("gpm"): no call
-                continue
-            runs = windows.setdefault((name, kind), [])
-            if runs and t - runs[-1][1] <= 1.5 * interval_s:
-                runs[-1][1] = t
-            else:
-                runs.append([t, t])
-    rules = []
-    for (function, kind), runs in sorted(windows.items()):
-        for first, last in runs:
-            rules.append({"function": function, "device": index, "code": kind.upper(),
-                          "from_s": round(max(first - interval_s / 2, 0.0), 3),
-                          "until_s": round(last + interval_s / 2, 3)})
-    return rules
+    named `call_prefix...` that failed other than with one of `absent_kinds` (the
+    backend's own names, such as "gpm", are no call)."""
+    windows = failure_windows(
+        series, interval_s,
+        lambda call, kind: kind not in absent_kinds and call.startswith(call_prefix),
+        lambda call: call.partition("[")[0])
+    return [{"function": function, "device": index, "code": kind.upper(),
+             "from_s": start, "until_s": until} for function, kind, start, until in windows]
 
 
 def lost_at(series: DeviceSeries) -> float | None:
@@ -96,11 +107,14 @@ def xid_events(series: DeviceSeries) -> list[dict[str, Any]]:
     return sorted(events, key=lambda e: (e["at_s"], e["xid"]))
 
 
-def busy_rules(costs: Mapping[str, list[float]]) -> list[dict[str, Any]]:
-    """`busy` delays for the NVML calls that cost more CPU than the slow-call threshold."""
+def busy_rules(costs: Mapping[str, list[float]], call_prefix: str) -> list[dict[str, Any]]:
+    """`busy` delays for the calls named `call_prefix...` (one vendor library's) that cost
+    more CPU on average than `COSTLY_CALL_CPU_S`."""
     rules = []
     for function, (calls, spent) in sorted(costs.items()):
+        if not call_prefix or not function.startswith(call_prefix):
+            continue
         mean = spent / calls if calls else 0.0
-        if mean > SLOW_CALL_CPU_S:
+        if mean > COSTLY_CALL_CPU_S:
             rules.append({"function": function, "seconds": round(mean, 6), "busy": True})
     return rules

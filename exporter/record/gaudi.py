@@ -3,8 +3,9 @@
 The inverse of the Gaudi backend's probes: utilization in percent, memory in
 bytes, power and its limit in mW, energy in mJ, temperatures per sensor,
 clocks in MHz, throttle reasons as 0/1 step signals, PCIe throughput in
-bytes/s, NIC byte counters. HLML lists no processes, and the section has no
-delay rules: a card that stopped answering is recorded as its errors only.
+bytes/s, NIC byte counters. HLML lists no processes. A card that stopped
+answering becomes `gaudi.delays` rules on its sampling calls, and costly pyhlml
+calls `busy` delays there (events.py).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ SENSORS = {"gpu": "aip", "board": "board", "memory": "hbm", "vrm": "vrm"}
 CLOCKS = ("soc", "ic", "mme", "tpc")
 THROTTLE = {"sw_power_cap": "power", "sw_thermal_slowdown": "thermal"}
 FACTS = (("module_id", "module_id"), ("hl_revision", "hl_revision"))
+# The sampling calls a hung card's replay hangs: the first the backend makes of each probe
+# (which call hung is not in the samples).
+HUNG_CALLS = ("hlmlDeviceGetUtilizationRates", "hlmlDeviceGetMemoryInfo",
+              "hlmlDeviceGetPowerUsage", "hlmlDeviceGetTemperature", "hlmlDeviceGetClockInfo",
+              "hlmlDeviceGetCurrentClocksThrottleReasons", "hlmlDeviceGetTotalECCErrors",
+              "hlmlDeviceGetReplacedRowsCount", "hlmlDeviceGetCurrPCIELinkGeneration")
 
 
 def device_scenario(device: Device, series: DeviceSeries, link_facts: LinkFacts,
@@ -127,4 +134,4 @@ RECORDER = VendorRecorder(
     top_level=section_facts, call_prefix="hlml",
     absent_kinds=frozenset({"not_supported", "invalid_argument", "function_not_found",
                             "aip_is_lost", "driver_not_loaded", "uninitialized"}),
-    hung_calls=(), section=SECTION)
+    hung_calls=HUNG_CALLS, section=SECTION)

@@ -6,8 +6,11 @@ its cores: utilization (percent, one signal for all its cores, as the section
 has it: the runtime's first core's), memory by category on each core (its
 first core's), host memory, vCPU use, completed executions and errors per
 second (the rate of the counters the backend keeps) and the p50 of the total
-latency; and each device's ECC counters. The instance id is kept (it names
-the devices) unless identities are replaced.
+latency; and each device's ECC counters. A metric group that every report of
+the recording left out or reported with an error becomes `faults.missing_groups`
+or `faults.group_errors` (the section's faults hold for the whole run, so one
+that came and went is not recorded). The instance id is kept (it names the
+devices) unless identities are replaced.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from .. import catalog as m
 from ..model import Device
+from ..simulate.neuron_scenario import METRIC_GROUPS
 from .series import DeviceSeries, Points
 from .timeline import counter_signal, gauge_signal
 from .vendors import LinkFacts, Numa, VendorRecorder
@@ -29,6 +33,9 @@ ECC_FIELDS = {m.ECC_CORRECTED: "mem_ecc_corrected", m.ECC_UNCORRECTED: "mem_ecc_
               "sram_ecc_corrected": "sram_ecc_corrected",
               "sram_ecc_uncorrected": "sram_ecc_uncorrected"}
 ERROR_TYPES = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+# what the backend names a group that a report left out, or reported with an error
+MISSING, FAILED = "missing", "error"
+RECORDED_ERROR = "error (recorded: neuron-monitor's message is not kept)"
 MEMORY_CATEGORIES = ("constants", "model_code", "model_shared_scratchpad", "runtime_memory",
                      "tensors")
 
@@ -78,9 +85,10 @@ def _runtime(pid: int, cores: list[int], first_core: DeviceSeries,
 
 def host_keys(devices: Sequence[Device], series: Sequence[DeviceSeries],
               facts: Mapping[str, str], children: Mapping[str, Sequence[tuple[Device,
-                                                                              DeviceSeries]]]
-              ) -> dict[str, Any]:
-    """The whole section: the node, its devices' ECC counters and its runtimes."""
+                                                                              DeviceSeries]]],
+              interval_s: float) -> dict[str, Any]:
+    """The whole section: the node, its devices' ECC counters, its runtimes and the
+    monitor's faults."""
     keys: dict[str, Any] = {key: facts[key] for key in FACT_KEYS if facts.get(key)}
     keys["neuron_device_count"] = len(devices)
     per_device = {len(children.get(d.uuid, ())) for d in devices}
@@ -105,7 +113,28 @@ def host_keys(devices: Sequence[Device], series: Sequence[DeviceSeries],
     if ecc:
         keys["ecc"] = ecc
     keys["runtimes"] = _runtimes(devices, series, children)
+    if series and (faults := _faults(series[0])):
+        keys["faults"] = faults
     return keys
+
+
+def _faults(series: DeviceSeries) -> dict[str, Any]:
+    """The metric groups missing, or reported with an error, in every report the device's
+    samples came from (the backend names them in each sample's errors)."""
+    up = set(series.up_times)
+    reports = [errors for t, errors in series.errors if t in up]
+    if not reports or len(reports) < len(up):
+        return {}  # some report had every group
+    always = {group: kind for group, kind in reports[0].items()
+              if group in METRIC_GROUPS and all(r.get(group) == kind for r in reports)}
+    faults: dict[str, Any] = {}
+    missing = sorted(g for g, kind in always.items() if kind == MISSING)
+    if missing:
+        faults["missing_groups"] = missing
+    failing = {g: RECORDED_ERROR for g, kind in sorted(always.items()) if kind == FAILED}
+    if failing:
+        faults["group_errors"] = failing
+    return faults
 
 
 def _runtimes(devices: Sequence[Device], series: Sequence[DeviceSeries],

@@ -14,7 +14,7 @@ returned, so a file `ray-accel record` writes always replays.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model import Device
@@ -118,8 +118,10 @@ def _device_entry(recording: Recording, recorder: VendorRecorder, uuid: str,
 
 
 def _section(recording: Recording, recorder: VendorRecorder,
-             series: Mapping[str, DeviceSeries], facts: Mapping[str, str]) -> dict[str, Any]:
-    """A family's own section: its versions, devices and error rules (by position in it)."""
+             series: Mapping[str, DeviceSeries], facts: Mapping[str, str],
+             call_costs: Mapping[str, list[float]]) -> dict[str, Any]:
+    """A family's own section: its versions, devices, error and delay rules (devices by
+    position in it)."""
     uuids = _physical(recording, recorder)
     section: dict[str, Any] = recorder.top_level(facts)
     if recorder.devices_key is not None:
@@ -129,13 +131,31 @@ def _section(recording: Recording, recorder: VendorRecorder,
         children = {u: [(recording.devices[c], series[c]) for c in _children(recording, u)]
                     for u in uuids}
         section.update(recorder.host_keys([recording.devices[u] for u in uuids],
-                                          [series[u] for u in uuids], facts, children))
+                                          [series[u] for u in uuids], facts, children,
+                                          recording.interval_s))
     errors = [rule for index, uuid in enumerate(uuids) if recorder.records_errors
               for rule in error_rules(index, series[uuid], recording.interval_s,
                                       recorder.call_prefix, recorder.absent_kinds)]
     if errors:
         section["errors"] = errors
+    if delays := _delays(recording, recorder, [series[u] for u in uuids], call_costs):
+        section["delays"] = delays
     return section
+
+
+def _delays(recording: Recording, recorder: VendorRecorder, series: Sequence[DeviceSeries],
+            call_costs: Mapping[str, list[float]], first_index: int = 0
+            ) -> list[dict[str, Any]]:
+    """The vendor's `delays` rules: each stale device's hung calls (`series` of the devices
+    at positions `first_index`, `first_index` + 1, ...), then the library's costly calls as
+    `busy` delays."""
+    if not recorder.hung_calls:
+        return []
+    end_s = recording.frames[-1].taken_at - recording_start(recording)
+    delays = [rule for index, one in enumerate(series, first_index)
+              for rule in hang_rules(index, one, recording.interval_s, end_s,
+                                     recorder.hung_calls)]
+    return delays + busy_rules(call_costs, recorder.call_prefix)
 
 
 def build_scenario(recording: Recording, *, keep_identities: bool = False,
@@ -165,9 +185,11 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
         if not physical[recorder.vendor]:
             continue
         if recorder.section is not None:
-            sections[recorder.section] = _section(recording, recorder, series, facts)
+            sections[recorder.section] = _section(recording, recorder, series, facts,
+                                                  call_costs or {})
             continue
         versions.update(recorder.top_level(facts))
+        first_index = len(devices)
         for uuid in physical[recorder.vendor]:
             index, one = len(devices), series[uuid]
             kids = [recorder.child(recording.devices[c], series[c], interval)
@@ -175,8 +197,8 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
             devices.append(_device_entry(recording, recorder, uuid, series, kids, numa))
             errors += error_rules(index, one, interval, recorder.call_prefix,
                                   recorder.absent_kinds)
-            delays += hang_rules(index, one, interval, end_s, recorder.hung_calls)
-    delays += busy_rules(call_costs or {})
+        delays += _delays(recording, recorder, [series[u] for u in physical[recorder.vendor]],
+                          call_costs or {}, first_index)
     description = (f"Recorded for {end_s:.0f} s at {interval:g} s per sample "
                    f"({'identities kept' if keep_identities else 'identities replaced'}).")
     if skipped:

@@ -7,8 +7,11 @@ the device plugin was read, and each latency distribution as the p50 the
 backend reported: `latency_us` puts 90 % of a distribution's observations in
 that value's bucket, so the replay reports the same percentiles; libtpu's
 observation counts are not read, and percentiles do not depend on them, so
-each distribution counts one observation a second. Processes (whoever holds a
-chip's device file) and failing metrics are not part of the section.
+each distribution counts one observation a second. A metric libtpu did not
+serve (NOT_FOUND, UNIMPLEMENTED, INVALID_ARGUMENT) is in `unsupported_metrics`; one
+that failed otherwise for a run of cycles, and the service not answering at all
+(UNAVAILABLE), are `errors` rules over that window. Processes (whoever holds a
+chip's device file) are not part of the section.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 from .. import catalog as m
 from ..model import Device
+from ..simulate.tpu_scenario import STATUSES
+from .events import failure_windows
 from .scenario_keys import Row, put_gauges, put_last
 from .series import DeviceSeries
 from .timeline import gauge_signal
@@ -47,6 +52,12 @@ COUNTED_PER_S = 1  # observations a recorded distribution counts (see the module
 # A percentile is interpolated within its (doubling) bucket from one interval's few
 # observations: it wanders by some percent from cycle to cycle; keyframes follow 5 %.
 LATENCY_TOLERANCE = 0.05
+# the TPU backend's name for its runtime call (backends/tpu/runtime.py's FUNCTION, not
+# imported: that module loads grpc)
+FUNCTION = "GetRuntimeMetric"
+# the failure kinds of a metric this libtpu does not serve (backends/tpu/runtime.py)
+UNSERVED = frozenset({"not_found", "unimplemented", "invalid_argument"})
+ALL_METRICS = "*"  # an error rule's metric for every metric: the service itself failed
 
 
 def chip_scenario(device: Device, series: DeviceSeries, link_facts: LinkFacts,
@@ -62,8 +73,10 @@ def chip_scenario(device: Device, series: DeviceSeries, link_facts: LinkFacts,
 
 def host_keys(devices: Sequence[Device], series: Sequence[DeviceSeries],
               facts: Mapping[str, str],
-              children: Mapping[str, Sequence[tuple[Device, DeviceSeries]]]) -> dict[str, Any]:
-    """The section's host keys: slice facts, device files, device plugin, latencies."""
+              children: Mapping[str, Sequence[tuple[Device, DeviceSeries]]],
+              interval_s: float) -> dict[str, Any]:
+    """The section's host keys: slice facts, device files, device plugin, latencies, the
+    metrics not served and the runtime calls' failures."""
     first = devices[0].facts
     keys: dict[str, Any] = {key: first[fact] for fact, key in SLICE_FACTS if first.get(fact)}
     if first.get("tpu_worker_id", "").isdigit():
@@ -81,6 +94,37 @@ def host_keys(devices: Sequence[Device], series: Sequence[DeviceSeries],
                                                          relative=LATENCY_TOLERANCE)}
     if latencies:
         keys["latencies"] = latencies
+    keys.update(_failures(series[0], interval_s))
+    return keys
+
+
+def _metric_of(call: str) -> str:
+    """The metric a runtime call's error names: "GetRuntimeMetric[name]" -> name, and the
+    service as a whole ("GetRuntimeMetric") -> every metric."""
+    return call[len(FUNCTION) + 1:-1] if call.startswith(f"{FUNCTION}[") else ALL_METRICS
+
+
+def _status(kind: str) -> str:
+    """A failure kind as a status the section's rules take (a transient one it lacks, such
+    as CANCELLED: UNKNOWN, scoped the same)."""
+    return kind.upper() if kind.upper() in STATUSES else "UNKNOWN"
+
+
+def _failures(series: DeviceSeries, interval_s: float) -> dict[str, Any]:
+    """`unsupported_metrics` and `errors` from the runtime calls' errors (every chip's
+    samples carry the same: one call answers for all)."""
+    unserved = sorted({_metric_of(call) for _, errors in series.errors
+                       for call, kind in errors.items()
+                       if call.startswith(f"{FUNCTION}[") and kind in UNSERVED})
+    windows = failure_windows(
+        series, interval_s,
+        lambda call, kind: call.startswith(FUNCTION) and kind not in UNSERVED, _metric_of)
+    keys: dict[str, Any] = {}
+    if unserved:
+        keys["unsupported_metrics"] = unserved
+    if windows:
+        keys["errors"] = [{"metric": metric, "status": _status(kind), "from_s": start,
+                           "until_s": until} for metric, kind, start, until in windows]
     return keys
 
 

@@ -2,7 +2,7 @@
 
 Each recordable vendor (nvidia.py, amd.py) describes itself once as a
 `VendorRecorder`: how its devices become scenario devices, which of its call
-names error rules may name, which calls a hung device's replay hangs. The
+names error and delay rules may name, which calls a hung device's replay hangs. The
 vendor-neutral parts (frames, series, timeline, events, privacy) serve all.
 """
 
@@ -35,17 +35,19 @@ class VendorRecorder:
     top_level: Callable[[Mapping[str, str]], dict[str, Any]]
     call_prefix: str  # the vendor library's function names: what error rules may name
     absent_kinds: frozenset[str]  # failure kinds that are an absent key, not a fault
-    hung_calls: tuple[str, ...]  # the sampling calls a stale device's replay hangs
+    # the sampling calls a stale device's replay hangs; empty: the family's scenario has no
+    # delay rules (no hangs, no `busy` costs)
+    hung_calls: tuple[str, ...]
     # the family's own scenario section ("gaudi", "tpu"), holding its devices (under
     # `devices_key`), errors and versions; None: its devices are the scenario's `devices`,
     # its versions top-level keys
     section: str | None = None
     devices_key: str | None = "devices"  # None: the section lists no devices one by one
     # a section's keys about the whole host, from its devices, their series, the backend's
-    # facts and each device's children with theirs (TPU: the slice, the latencies; Neuron:
-    # the node and its runtimes)
+    # facts, each device's children with theirs and the recording's interval (TPU: the
+    # slice, the latencies, its failures; Neuron: the node, its runtimes, its faults)
     host_keys: Callable[[Sequence[Device], Sequence[DeviceSeries], Mapping[str, str],
-                         Mapping[str, Sequence[tuple[Device, DeviceSeries]]]],
+                         Mapping[str, Sequence[tuple[Device, DeviceSeries]]], float],
                         dict[str, Any]] | None = None
     records_errors: bool = True  # whether failing calls become the section's error rules
 
