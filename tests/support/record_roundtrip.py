@@ -47,10 +47,11 @@ def backends_of(scenario: dict[str, Any]) -> list[str]:
     return sorted(found)
 
 
-def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
-              t: float) -> dict[str, float]:
+def series_at(hardware: SimulatedHardware, scenario: dict[str, Any], t: float,
+              errors: dict[str, dict[str, str]] | None = None) -> dict[str, float]:
     """Every series of an agent reading `scenario` frozen at t (its cycles merged, from two
-    until two in a row bring no series the others lacked)."""
+    until two in a row bring no series the others lacked); into `errors`, if given, each
+    device's failed calls of those cycles (call -> kind)."""
     frozen = copy.deepcopy(scenario)
     frozen["freeze_at_s"] = t
     hardware.update(frozen)
@@ -78,6 +79,8 @@ def series_at(hardware: SimulatedHardware, scenario: dict[str, Any],
                 for key, value in series_of(sample):
                     found[json.dumps([sample.device.uuid, *key])] = value
                 found[json.dumps([sample.device.uuid, "up"])] = float(sample.up)
+                if errors is not None:
+                    errors.setdefault(sample.device.uuid, {}).update(sample.errors)
             placeholders = [s.device.uuid for s in samples if s.device.model == "unknown"]
             # a device down may be one whose library did not answer in time (a TPU
             # runtime's RPC on a loaded machine): it is given the cycles left to answer
@@ -118,7 +121,7 @@ def stale_at(hardware: SimulatedHardware, scenario: dict[str, Any], t: float,
 def main(source: str, duration_s: float, out: str, times: list[float]) -> None:
     hardware = SimulatedHardware.start(source)
     hardware.activate()
-    from ray_accel.exporter.backends.nvidia.calls import CALL_CPU_S
+    from ray_accel.exporter.backends.calls import CALL_CPU_S
 
     recording = record_node(duration_s, 1.0)
     offset_s = recording_start(recording) - hardware.epoch
@@ -134,10 +137,13 @@ def main(source: str, duration_s: float, out: str, times: list[float]) -> None:
         # on schedule, more where a busy CPU made it skip cycles): what it could resolve.
         gap = sample_gap(starts, t)
         result.setdefault("gaps", {})[str(t)] = gap
+        errors: dict[str, dict[str, dict[str, str]]] = {"original": {}, "replay": {}}
         for side, around in (("-1", -gap), ("+0", 0.0), ("+1", gap)):
-            result["original"][f"{t}{side}"] = series_at(hardware, original,
-                                                         max(offset_s + t + around, 0.0))
-        result["replay"][str(t)] = series_at(hardware, replay, t)
+            result["original"][f"{t}{side}"] = series_at(
+                hardware, original, max(offset_s + t + around, 0.0),
+                errors["original"] if side == "+0" else None)
+        result["replay"][str(t)] = series_at(hardware, replay, t, errors["replay"])
+        result.setdefault("errors", {})[str(t)] = errors
     result["compare_s"] = time.monotonic() - started
     if STALE_AT_ENV in os.environ:  # a hang: which devices stay stale at that time
         t = float(os.environ[STALE_AT_ENV])

@@ -1,0 +1,204 @@
+"""Call costs and faults of every family, as the recorder writes them and the fakes replay them.
+
+- amdsmi and pyhlml calls are timed into the wrapper's `CALL_CPU_S` like NVML's, so a
+  costly one becomes a `busy` delay of its own library;
+- the Python fakes play a `busy` delay on the calling thread's CPU (a plain delay
+  sleeps), only for the device the rule names;
+- the Gaudi section's `delays` rules are checked like the others' (bad input names the key);
+- TPU runtime failures become `unsupported_metrics` and `errors`; neuron-monitor groups
+  missing or failing in every report become `faults`, one that came and went does not.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from amd_support import amd_scenario, amdsmi_modules, simulation
+
+from ray_accel.exporter.backends.calls import CALL_CPU_S, ErrorTally
+from ray_accel.exporter.backends.tpu import runtime
+from ray_accel.exporter.model import Device
+from ray_accel.exporter.record import neuron, tpu
+from ray_accel.exporter.record.events import busy_rules
+from ray_accel.exporter.record.series import DeviceSeries
+from ray_accel.exporter.simulate import STATE_ENV, ScenarioError, SimulatedHardware, load_scenario
+from ray_accel.exporter.simulate.gaudi_fake import SCENARIO_ENV
+
+DELAY_S = 0.05
+
+
+def _thread_cpu(call: Callable[[], Any]) -> float:
+    """Seconds of this thread's CPU time `call()` took."""
+    before = time.thread_time()
+    call()
+    return time.thread_time() - before
+
+
+def _spent(function: str) -> list[float]:
+    """[calls, CPU seconds] counted for `function` so far."""
+    return list(CALL_CPU_S.get(function, [0, 0.0]))
+
+
+@pytest.fixture
+def pyhlml(tmp_path, monkeypatch) -> Iterator[Callable[[dict], Any]]:
+    """`start(section)`: the simulated pyhlml on gaudi2-8 with `section`'s keys, initialised."""
+    for name in (STATE_ENV, SCENARIO_ENV):
+        monkeypatch.delenv(name, raising=False)  # restored after the test
+    monkeypatch.setattr(sys, "path", list(sys.path))  # activate() puts the fake first on it
+    started: list[SimulatedHardware] = []
+
+    def start(section: dict) -> Any:
+        doc = load_scenario("gaudi2-8")
+        doc["gaudi"].update(section)
+        hardware = SimulatedHardware.start(doc, state_dir=tmp_path / "hw")
+        started.append(hardware)
+        hardware.activate()
+        import pyhlml
+
+        pyhlml.hlmlInit()
+        return pyhlml
+
+    yield start
+    for hardware in started:
+        hardware.close()
+    for name in [n for n in sys.modules if n == "pyhlml" or n.startswith("pyhlml.")]:
+        del sys.modules[name]
+
+
+def test_pyhlml_busy_delay_spins_the_cpu_of_its_card_only(pyhlml) -> None:
+    from ray_accel.exporter.backends.gaudi.calls import DeviceCalls
+
+    module = pyhlml({"delays": [
+        {"function": "hlmlDeviceGetMemoryInfo", "device": 1, "seconds": DELAY_S, "busy": True},
+        {"function": "hlmlDeviceGetPowerUsage", "device": 1, "seconds": DELAY_S}]})
+    first, second = (module.hlmlDeviceGetHandleByIndex(i) for i in (0, 1))
+    assert _thread_cpu(lambda: module.hlmlDeviceGetPowerUsage(second)) < DELAY_S / 2  # slept
+    assert _thread_cpu(lambda: module.hlmlDeviceGetMemoryInfo(first)) < DELAY_S / 2
+    before = _spent("hlmlDeviceGetMemoryInfo")
+    calls = DeviceCalls(module, ErrorTally())
+    assert calls.call("hlmlDeviceGetMemoryInfo", second).total > 0  # answers after its delay
+    after = _spent("hlmlDeviceGetMemoryInfo")
+    assert after[0] == before[0] + 1 and after[1] - before[1] >= DELAY_S
+    costs = {"hlmlDeviceGetMemoryInfo": [1, after[1] - before[1]]}
+    assert [r["function"] for r in busy_rules(costs, "hlml")] == ["hlmlDeviceGetMemoryInfo"]
+    assert busy_rules(costs, "amdsmi_") == []
+
+
+def test_amdsmi_busy_delay_spins_the_cpu(tmp_path) -> None:
+    from ray_accel.exporter.backends.amd.calls import DeviceCalls
+
+    source = amd_scenario(delays=[
+        {"function": "amdsmi_get_gpu_vram_usage", "device": 0, "seconds": DELAY_S,
+         "busy": True},
+        {"function": "amdsmi_get_gpu_activity", "device": 0, "seconds": DELAY_S}])
+    with simulation(tmp_path) as start, amdsmi_modules(start) as run:
+        module, hardware = run(source)
+        try:
+            handle = module.amdsmi_get_processor_handles()[0]
+            assert _thread_cpu(lambda: module.amdsmi_get_gpu_activity(handle)) < DELAY_S / 2
+            before = _spent("amdsmi_get_gpu_vram_usage")
+            calls = DeviceCalls(module, ErrorTally())
+            assert calls.call("amdsmi_get_gpu_vram_usage", handle)["vram_used"] > 0
+            after = _spent("amdsmi_get_gpu_vram_usage")
+            assert after[1] - before[1] >= DELAY_S
+        finally:
+            hardware.close()
+
+
+@pytest.mark.parametrize(("rule", "key", "reason"), [
+    ({"function": "hlmlDeviceGetPowerUsage", "seconds": "long"}, "seconds", "finite number"),
+    ({"function": "hlmlDeviceGetPowerUsage", "seconds": 1e6}, "seconds", "<= 86400"),
+    ({"function": "hlmlDeviceGetPowerUsage", "seconds": 1, "busy": "yes"}, "busy",
+     "true or false"),
+    ({"function": "hlmlDeviceGetPowerUsage", "seconds": 1, "device": 8}, "device",
+     "no Gaudi device 8"),
+    ({"function": "nvmlDeviceGetPowerUsage", "seconds": 1}, "function", "unknown pyhlml"),
+    ({"function": "hlmlDeviceGetPowerUsage"}, "seconds", "required"),
+    ({"function": "hlmlDeviceGetPowerUsage", "seconds": 1, "from_s": 5, "until_s": 5},
+     "until_s", "after from_s"),
+])
+def test_bad_gaudi_delay_is_refused_naming_the_key(rule: dict, key: str, reason: str) -> None:
+    doc = load_scenario("gaudi2-8")
+    doc["gaudi"]["delays"] = [{"device": 0, **rule}]
+    with pytest.raises(ScenarioError) as refused:
+        load_scenario(copy.deepcopy(doc))
+    message = str(refused.value)
+    assert "gaudi.delays[0]" in message and key in message and reason in message, message
+
+
+def _series(up_times: list[float], errors: dict[float, dict[str, str]]) -> DeviceSeries:
+    return DeviceSeries(up_times=list(up_times), errors=sorted(errors.items()))
+
+
+def test_tpu_failures_become_unsupported_metrics_and_error_rules() -> None:
+    assert tpu.FUNCTION == runtime.FUNCTION
+    duty, hbm = "tpu.runtime.tensorcore.dutycycle.percent", "tpu.runtime.hbm.utilization.percent"
+    unserved = {f"GetRuntimeMetric[{hbm}]": "not_found"}
+    errors = {t: dict(unserved) for t in range(10)}
+    for t in (2, 3, 4):
+        errors[t][f"GetRuntimeMetric[{duty}]"] = "cancelled"  # no such status in the section
+    errors[7]["GetRuntimeMetric"] = "unavailable"  # the service went away for a cycle
+    chip = Device("google", "0", "TPU-x", "TPU v5 lite", "0000:00:04.0")
+    keys = tpu.host_keys([chip], [_series(list(range(10)), errors)], {}, {}, 1.0)
+    assert keys["unsupported_metrics"] == [hbm]
+    assert keys["errors"] == [
+        {"metric": "*", "status": "UNAVAILABLE", "from_s": 6.5, "until_s": 7.5},
+        {"metric": duty, "status": "UNKNOWN", "from_s": 1.5, "until_s": 4.5}]
+    section = {**keys, "chips": [{"pci_bus_id": chip.pci_bus_id, "hbm_total_bytes": 2**34}]}
+    assert load_scenario({"name": "t", "devices": [], "tpu": section})["tpu"]["errors"]
+
+
+def _neuron_keys(errors: dict[float, dict[str, str]], up: list[float]) -> dict[str, Any]:
+    device = Device("aws", "0", "neuron-i-0abc-nd0", "Trainium")
+    return neuron.host_keys([device], [_series(up, errors)], {}, {}, 1.0)
+
+
+def test_neuron_groups_failing_in_every_report_become_faults() -> None:
+    every = {t: {"neuron_hw_counters": "missing", "vcpu_usage": "error"} for t in range(5)}
+    every[5] = {"neuron_monitor": "stale"}  # a down sample's own error: not a report
+    faults = _neuron_keys(every, list(range(5)))["faults"]
+    assert faults["missing_groups"] == ["neuron_hw_counters"]
+    assert list(faults["group_errors"]) == ["vcpu_usage"]
+    assert load_scenario({"name": "n", "devices": [], "neuron": {"faults": faults}})
+
+
+def test_neuron_group_that_came_and_went_is_no_fault() -> None:
+    some = {t: {"neuron_hw_counters": "missing"} for t in range(3)}  # reports 3, 4 had it
+    assert "faults" not in _neuron_keys(some, list(range(5)))
+    changing = {t: {"vcpu_usage": "missing" if t < 2 else "error"} for t in range(5)}
+    assert "faults" not in _neuron_keys(changing, list(range(5)))
+
+
+
+@pytest.mark.parametrize(("section", "tamper", "key"), [
+    ("tpu", lambda s: s["errors"][0].update(status="BROKEN"), "tpu.errors[0].status"),
+    ("tpu", lambda s: s["errors"][0].update(until_s=-1), "tpu.errors[0].until_s"),
+    ("tpu", lambda s: s.update(unsupported_metrics=[7]), "tpu.unsupported_metrics[0]"),
+    ("neuron", lambda s: s["faults"].update(missing_groups=["gpu"]),
+     "neuron.faults.missing_groups[0]"),
+    ("neuron", lambda s: s["faults"]["group_errors"].update(memory_used=3),
+     "neuron.faults.group_errors.memory_used"),
+    ("gaudi", lambda s: s["delays"][0].update(seconds=-1), "gaudi.delays[0].seconds"),
+])
+def test_tampered_recorded_failures_are_refused_naming_the_key(section: str, tamper, key: str
+                                                                ) -> None:
+    recorded = {
+        "tpu": {"chips": [{"pci_bus_id": "0000:00:04.0", "hbm_total_bytes": 2**34}],
+                "unsupported_metrics": ["tpu.runtime.hbm.utilization.percent"],
+                "errors": [{"metric": "*", "status": "UNAVAILABLE", "from_s": 1, "until_s": 2}]},
+        "neuron": {"faults": {"missing_groups": ["neuron_hw_counters"],
+                              "group_errors": {"memory_used": "error"}}},
+        "gaudi": {**load_scenario("gaudi2-8")["gaudi"],
+                  "delays": [{"function": "hlmlDeviceGetTemperature", "device": 2,
+                              "from_s": 4.6, "seconds": 3611.1}]},
+    }[section]
+    load_scenario({"name": "recorded", "devices": [], section: copy.deepcopy(recorded)})
+    tamper(recorded)
+    with pytest.raises(ScenarioError) as refused:
+        load_scenario({"name": "recorded", "devices": [], section: recorded})
+    assert key in str(refused.value)
