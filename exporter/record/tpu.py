@@ -2,16 +2,17 @@
 
 Per chip: its PCI bus id, NUMA node, HBM total and in use (bytes), duty cycle,
 HBM bandwidth and (from the GKE device plugin) tensor-core utilization
-(percent). For the host: the slice facts Ray's TPU labels come from, whether
-the device plugin was read, and each latency distribution as the p50 the
-backend reported: `latency_us` puts 90 % of a distribution's observations in
-that value's bucket, so the replay reports the same percentiles; libtpu's
-observation counts are not read, and percentiles do not depend on them, so
-each distribution counts one observation a second. A metric libtpu did not
-serve (NOT_FOUND, UNIMPLEMENTED, INVALID_ARGUMENT) is in `unsupported_metrics`; one
-that failed otherwise for a run of cycles, and the service not answering at all
-(UNAVAILABLE), are `errors` rules over that window. Processes (whoever holds a
-chip's device file) are not part of the section.
+(percent). For the host: the chips' PCI device id (from their model), the
+slice facts Ray's TPU labels come from, whether the device plugin was read,
+and each latency distribution as the p50 the backend reported: `latency_us`
+puts 90 % of a distribution's observations in that value's bucket, so the
+replay reports the same percentiles; libtpu's observation counts are not
+read, and percentiles do not depend on them, so each distribution counts one
+observation a second. A metric libtpu did not serve (NOT_FOUND, UNIMPLEMENTED,
+INVALID_ARGUMENT) is in `unsupported_metrics`; one that failed otherwise for a
+run of cycles, and the service not answering at all (UNAVAILABLE), are
+`errors` rules over that window. Processes (whoever holds a chip's device
+file) are not part of the section.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import catalog as m
+from ..backends.tpu.chips import _GENERATIONS
 from ..model import Device
 from ..simulate.tpu_scenario import STATUSES
 from .events import failure_windows
@@ -55,6 +57,10 @@ LATENCY_TOLERANCE = 0.05
 # the TPU backend's name for its runtime call (backends/tpu/runtime.py's FUNCTION, not
 # imported: that module loads grpc)
 FUNCTION = "GetRuntimeMetric"
+# chip model -> the PCI device id sysfs gives it (the simulated chips' `pci_device_id`; v2
+# and v3 also need a subsystem id, which the section does not set)
+PCI_DEVICE_IDS = {model: device_id for device_id, (_, model) in _GENERATIONS.items()
+                  if "/" not in device_id}
 # the failure kinds of a metric this libtpu does not serve (backends/tpu/runtime.py)
 UNSERVED = frozenset({"not_found", "unimplemented", "invalid_argument"})
 ALL_METRICS = "*"  # an error rule's metric for every metric: the service itself failed
@@ -85,6 +91,8 @@ def host_keys(devices: Sequence[Device], series: Sequence[DeviceSeries],
     keys["device_files"] = "accel" if os.path.basename(device_file).startswith("accel") \
         else "vfio"
     keys["device_plugin"] = bool(facts.get("device_plugin"))
+    if devices[0].model in PCI_DEVICE_IDS:  # else the section's default (v5e)
+        keys["pci_device_id"] = PCI_DEVICE_IDS[devices[0].model]
     latencies = {}
     for metric, labels, key in LATENCIES:
         points = series[0].device(metric, **labels)
