@@ -202,3 +202,14 @@ def test_tampered_recorded_failures_are_refused_naming_the_key(section: str, tam
     with pytest.raises(ScenarioError) as refused:
         load_scenario({"name": "recorded", "devices": [], section: recorded})
     assert key in str(refused.value)
+
+
+def test_tpu_chip_model_recorded_as_its_pci_device_id() -> None:
+    v4 = Device("google", "0", "TPU-y", "TPU v4", "0000:00:05.0")
+    keys = tpu.host_keys([v4], [_series([0.0], {})], {}, {}, 1.0)
+    assert keys["pci_device_id"] == "0x005e"
+    chips = [{"pci_bus_id": v4.pci_bus_id, "hbm_total_bytes": 2**35}]
+    assert load_scenario({"name": "v4", "devices": [],
+                          "tpu": {**keys, "chips": chips}})["tpu"]["pci_device_id"] == "0x005e"
+    unknown = Device("google", "0", "TPU-z", "TPU", "0000:00:05.0")
+    assert "pci_device_id" not in tpu.host_keys([unknown], [_series([0.0], {})], {}, {}, 1.0)
