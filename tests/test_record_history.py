@@ -47,8 +47,10 @@ def test_history_keeps_only_its_bytes() -> None:
     for cycle in range(20):
         history.add(_snapshot(cycle, 1000.0 + cycle, series=100))
         assert history.nbytes <= 5 * frame_bytes
-    assert len(history) == 5
-    assert history.recording().frames[-1].taken_at == 1019.0
+    # Frames after the oldest are packed against the one before them: no bigger than it.
+    assert len(history) >= 5
+    assert [f.taken_at for f in history.recording().frames] == [
+        1000.0 + c for c in range(20 - len(history), 20)]
 
 
 def test_history_refuses_bad_bounds() -> None:
@@ -65,11 +67,11 @@ from ray_accel.exporter.record.history import History
 from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.store import SnapshotStore
 sampler = Sampler(load_backends(["nvidia"]), SnapshotStore(), interval_s=1.0)
-kept, capped = History(), History(max_bytes=50_000)
+kept, capped = History(), History(max_bytes=10_000)
 for _ in range(12):
     snapshot = sampler.run_cycle()
     kept.add(snapshot); capped.add(snapshot)
-    assert capped.nbytes <= 50_000
+    assert capped.nbytes <= 10_000
 print(json.dumps({"frame_bytes": kept.nbytes / len(kept), "capped_frames": len(capped),
                   "series": sum(len(f.keys) for f in kept.recording().frames[-1].devices)}))
 sys.stdout.flush(); os._exit(0)
@@ -84,9 +86,11 @@ def test_hgx_h200_history_bytes_per_node_minute() -> None:
     per_minute = found["frame_bytes"] * 60
     print(f"hgx-h200: {found['series']} series, {found['frame_bytes']:.0f} bytes per frame, "
           f"{per_minute / 1e6:.2f} MB per node-minute")
-    # The values are kept as 8-byte floats plus a small frame: not objects per reading.
+    # The values are kept packed (at most 8-byte floats) plus a small frame: not objects per
+    # reading; the capped history keeps at least as many frames as their average size allows
+    # (its oldest frame, packed on its own, is the biggest).
     assert found["frame_bytes"] < 8 * found["series"] * 1.5
-    assert found["capped_frames"] == 50_000 // int(found["frame_bytes"])
+    assert found["capped_frames"] >= 10_000 // int(found["frame_bytes"]) - 1
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, bytes]:

@@ -1,0 +1,83 @@
+"""The agent's packed history gives back exactly the frames it was fed, within its bounds."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, ProcessSample, Reading
+from ray_accel.exporter.record.frames import Frame, FrameMaker
+from ray_accel.exporter.record.history import History
+
+GPUS = [Device("nvidia", str(i), f"GPU-{i:08d}-0000-0000-0000-000000000000", "Test GPU")
+        for i in range(3)]
+
+
+def _sample(device: Device, cycle: int, taken_at: float, rng: random.Random) -> DeviceSample:
+    """Some values change every cycle, some never, a counter grows; processes come and go."""
+    readings = (Reading("hw.gpu.utilization", rng.random()),
+                Reading("hw.power", 300.0 + rng.gauss(0, 20)),
+                Reading("hw.energy", 1e9 + 1234.56789 * cycle),  # far from float32's reach
+                Reading("hw.gpu.memory.limit", 141e9),
+                Reading("hw.temperature", math.nan if cycle % 7 == 3 else 40.0 + cycle % 5))
+    processes = tuple(ProcessSample(1000 + pid, (Reading("hw.gpu.memory.usage", 2.0**30),))
+                      for pid in range(cycle // 4 % 3))
+    errors = {"nvmlDeviceGetPowerUsage": "NotSupported"} if cycle % 5 == 0 else {}
+    return DeviceSample(device, up=cycle % 9 != 8, taken_at=taken_at, readings=readings,
+                        processes=processes, errors=errors, stale=cycle % 11 == 10)
+
+
+def _snapshot(cycle: int, rng: random.Random) -> NodeSnapshot:
+    taken_at = 1000.0 + cycle
+    devices = [d for i, d in enumerate(GPUS) if not (i == 2 and 12 <= cycle < 15)]  # one leaves
+    return NodeSnapshot(cycle=cycle, taken_at=taken_at, interval_s=1.0, node_labels={},
+                        backends=(), devices=tuple(_sample(d, cycle, taken_at, rng)
+                                                   for d in devices))
+
+
+def _plain(frame: Frame) -> list:
+    """A frame as comparable values (NaN compared by its bits, as it was stored)."""
+    return [frame.taken_at, [(d.uuid, d.taken_at, d.up, d.stale, d.keys,
+                              d.values.tobytes(), dict(d.errors), d.counters_at)
+                             for d in frame.devices]]
+
+
+def test_frames_come_back_exactly_across_drops_key_changes_and_devices_leaving() -> None:
+    rng = random.Random(21)
+    history, maker, fed = History(max_age_s=10), FrameMaker(), []
+    for cycle in range(40):
+        snapshot = _snapshot(cycle, rng)
+        fed.append(_plain(maker.frame(snapshot)))
+        history.add(snapshot)
+        kept = [_plain(f) for f in history.recording().frames]
+        assert kept == fed[-len(kept):], cycle
+        assert len(kept) == min(cycle + 1, 11)
+    assert [_plain(f) for f in history.recording(last_s=3).frames] == fed[-4:]
+
+
+def test_packed_history_stays_within_its_byte_cap_and_keeps_the_newest() -> None:
+    rng = random.Random(7)
+    history, maker, fed = History(max_bytes=6_000), FrameMaker(), []
+    for cycle in range(60):
+        snapshot = _snapshot(cycle, rng)
+        fed.append(_plain(maker.frame(snapshot)))
+        history.add(snapshot)
+        assert history.nbytes <= 6_000
+    kept = [_plain(f) for f in history.recording().frames]
+    assert 1 < len(kept) < 60
+    assert kept == fed[-len(kept):]
+
+
+def test_unchanged_values_pack_smaller_than_changing_ones() -> None:
+    """Packing against the frame before is what makes the history small."""
+    device = GPUS[0]
+    steady, changing = History(), History()
+    rng = random.Random(3)
+    for cycle in range(30):
+        taken_at = 1000.0 + cycle
+        same = tuple(Reading("hw.power", 100.0 + i) for i in range(200))
+        moving = tuple(Reading("hw.power", rng.random()) for i in range(200))
+        for history, readings in ((steady, same), (changing, moving)):
+            history.add(NodeSnapshot(cycle, taken_at, 1.0, {}, (), (
+                DeviceSample(device, True, taken_at, readings=readings),)))
+    assert steady.nbytes * 4 < changing.nbytes
