@@ -1,13 +1,15 @@
 """Cluster aggregation benchmark: the dashboard module over N simulated 8-GPU nodes.
 
-    python bench/aggregation.py NODES [--change FRACTION] [--rounds R]
+    python bench/aggregation.py NODES [--change FRACTION] [--rounds R] [--agent-processes K]
 
 Prints one JSON object. Run by bench/run.py in a fresh process per size, so that
 the resident-memory figures belong to that size alone. The nodes are copies of
 one real snapshot of the simulated 8x H200 node, served over loopback HTTP by the
-fake agents of dashboard_module/fleet_agents.py in a process of their own (so the
-head's CPU and memory are the head's alone): each node's summary with its ETag
-and 304s, and its full snapshot for the node page. The fleet is spread (racks,
+fake agents of dashboard_module/fleet_agents.py in processes of their own (so the
+head's CPU and memory are the head's alone; two by default, each serving half the
+nodes, so that a node page's snapshot queues behind half the fleet's summaries, not
+all of them, where each real node's agent serves only its own): each node's summary
+with its ETag and 304s, and its full snapshot for the node page. The fleet is spread (racks,
 NVLink domains, node pools; utilization, activity, power and temperature vary by
 node), so the head finds no more equal values to share than in a real fleet.
 Every refresh interval a `--change` share of the nodes gets a new summary (as
@@ -42,6 +44,7 @@ from ray_accel.dashboard_module.standalone import build_app
 REFRESH_S = 5.0
 DEFAULT_CHANGE = 0.1
 DEFAULT_ROUNDS = 6
+DEFAULT_AGENT_PROCESSES = 2
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -91,10 +94,12 @@ def round_figures(collector: Collector, wall_s: float, cpu: float) -> dict[str, 
             "body_bytes": stats.body_bytes, "rebuilt_nodes": stats.rebuilt_nodes}
 
 
-async def measure(nodes: int, change: float, rounds: int) -> dict[str, Any]:
-    agents = FleetProcess(nodes, change, FleetShape(spread=True))
+async def measure(nodes: int, change: float, rounds: int,
+                  agent_processes: int = DEFAULT_AGENT_PROCESSES) -> dict[str, Any]:
+    agents = FleetProcess(nodes, change, FleetShape(spread=True), processes=agent_processes)
     results: dict[str, Any] = {"nodes": nodes, "devices_per_node": 8, "change": change,
-                               "refresh_s": REFRESH_S, **{k: agents.info[k] for k in (
+                               "refresh_s": REFRESH_S, "agent_processes": agent_processes,
+                               **{k: agents.info[k] for k in (
                                    "summary_bytes", "snapshot_bytes")}}
     try:
         before = rss_mib()
@@ -146,10 +151,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--change", type=float, default=DEFAULT_CHANGE,
                         help="share of nodes whose summary changes each interval")
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    parser.add_argument("--agent-processes", type=int, default=DEFAULT_AGENT_PROCESSES,
+                        help="processes serving the fake agents")
     args = parser.parse_args(argv[1:])
     if not 0.0 <= args.change <= 1.0:
         parser.error("--change must be between 0 and 1")
-    print(json.dumps(asyncio.run(measure(args.nodes, args.change, args.rounds))))
+    if args.agent_processes < 1:
+        parser.error("--agent-processes must be at least 1")
+    print(json.dumps(asyncio.run(measure(args.nodes, args.change, args.rounds,
+                                         args.agent_processes))))
     return 0
 
 

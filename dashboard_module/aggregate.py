@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ class ClusterView:
     node_history: dict[str, float | None] = field(default_factory=dict)  # history keys
     encoded: dict[str, bytes] = field(default_factory=dict)  # answers encoded once
     heatmap_rows: list[bytes] = field(default_factory=list)  # each heatmap row as JSON
+    parts: list[NodePart] = field(default_factory=list)  # each node's part, in row order
     transfers: transfers_view.TransfersView = field(default_factory=transfers_view.TransfersView)
 
 
@@ -151,6 +152,7 @@ class NodePart:
     history: dict[str, float | None]
     row: dict[str, Any]  # the node's heatmap row
     row_json: bytes  # the row encoded, so a round encodes only the rows that changed
+    columns: Any = None  # the row's share of the columns form (heatmap_columns.py), once made
 
 
 def _node_part(node: NodeState, status: str, key: tuple[Any, ...]) -> NodePart:
@@ -243,6 +245,7 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
     node_history: dict[str, float | None] = {}
     heatmap = []
     heatmap_rows = []
+    row_parts = []
     for number, node_id in enumerate(sorted(by_id)):
         if pause is not None and number % PAUSE_EVERY == PAUSE_EVERY - 1:
             pause()
@@ -263,6 +266,7 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
         node_history.update(part.history)
         heatmap.append(part.row)
         heatmap_rows.append(part.row_json)
+        row_parts.append(part)
     transfers = transfers_view.build_transfers(by_id, units, now, transfer_devices)
     findings.extend(transfers.findings)
     findings_of.ordered(findings)
@@ -274,6 +278,7 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
         actors={u["actor_id"]: k for k, u in units.items() if u["actor_id"]},
         tasks={u["task_id"]: k for k, u in units.items() if u["task_id"]},
         node_history=node_history, transfers=transfers, heatmap_rows=heatmap_rows,
+        parts=row_parts,
     )
 
 
@@ -290,15 +295,31 @@ def history_values(view: ClusterView) -> dict[str, float | None]:
     }
 
 
+# Rows per piece of the heatmap's answer (about half a megabyte of an 8-device fleet).
+HEATMAP_ROWS_PER_PIECE = 256
+
+
+def heatmap_pieces(view: ClusterView) -> Iterator[bytes]:
+    """The heatmap endpoint's JSON in pieces, joined from the rows encoded with each node's
+    part: the answer is written from them, so no second copy of the whole is kept."""
+    rows = view.heatmap_rows
+    yield b'{"generated_at":' + json.dumps(view.generated_at).encode() + b',"nodes":['
+    for start in range(0, len(rows), HEATMAP_ROWS_PER_PIECE):
+        piece = b",".join(rows[start:start + HEATMAP_ROWS_PER_PIECE])
+        yield b"," + piece if start else piece
+    yield b"]}"
+
+
+def heatmap_length(view: ClusterView) -> int:
+    """The byte length of what heatmap_pieces(view) yields."""
+    rows = view.heatmap_rows
+    return (len(json.dumps(view.generated_at)) + len(b'{"generated_at":,"nodes":[]}')
+            + sum(map(len, rows)) + max(len(rows) - 1, 0))
+
+
 def heatmap_body(view: ClusterView) -> bytes:
-    """The heatmap endpoint's JSON, made once per view from the rows encoded with each
-    node's part (the collector makes it off the event loop as soon as the view is built)."""
-    body = view.encoded.get("heatmap")
-    if body is None:
-        body = view.encoded["heatmap"] = b"".join((
-            b'{"generated_at":', json.dumps(view.generated_at).encode(), b',"nodes":[',
-            b",".join(view.heatmap_rows), b"]}"))
-    return body
+    """The heatmap endpoint's JSON as one body."""
+    return b"".join(heatmap_pieces(view))
 
 
 def empty_view(refresh_s: float) -> ClusterView:

@@ -24,7 +24,14 @@ from ..exporter.model import Device, Peer
 from ..exporter.node_view import SummaryDevice
 from ..exporter.serving import json_error
 from ..exporter.topology import matrix
-from .aggregate import FINDING_KINDS, SEVERITIES, ClusterView, heatmap_body, node_brief
+from .aggregate import (
+    FINDING_KINDS,
+    SEVERITIES,
+    ClusterView,
+    heatmap_length,
+    heatmap_pieces,
+    node_brief,
+)
 from .collector import Collector
 from .heatmap_columns import columns_body
 from .history import memory_series
@@ -206,13 +213,14 @@ class AcceleratorsApi:
 
         return self._memo("summary", make)
 
-    def heatmap(self, request: web.Request) -> web.Response:
+    def heatmap(self, request: web.Request) -> web.StreamResponse | Awaitable[web.StreamResponse]:
         params = _params(request, frozenset({"form"}))
         form = _choice(params, "form", ("nodes", "columns")) or "nodes"
         view = self._view()
-        body = columns_body(view) if form == "columns" else heatmap_body(view)
-        return web.Response(body=body, content_type="application/json",
-                            headers={"Cache-Control": "no-store"})
+        if form == "columns":
+            return web.Response(body=columns_body(view), content_type="application/json",
+                                headers={"Cache-Control": "no-store"})
+        return _write_heatmap(request, view)
 
     def nodes(self, request: web.Request) -> web.Response:
         params = _params(request, frozenset({"status"}))
@@ -397,6 +405,20 @@ class AcceleratorsApi:
         content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return web.Response(body=path.read_bytes(), content_type=content_type,
                             headers={"Cache-Control": "public, max-age=31536000, immutable"})
+
+
+async def _write_heatmap(request: web.Request, view: ClusterView) -> web.StreamResponse:
+    """The per-node heatmap written from its rows' pieces (22 MB at 10,000 nodes: never
+    joined into one more copy)."""
+    response = web.StreamResponse(headers={"Cache-Control": "no-store"})
+    response.content_type = "application/json"
+    response.content_length = heatmap_length(view)
+    await response.prepare(request)
+    if request.method != "HEAD":
+        for piece in heatmap_pieces(view):
+            await response.write(piece)
+    await response.write_eof()
+    return response
 
 
 def _check_uuid(text: str) -> str:

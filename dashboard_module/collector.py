@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import math
 import sys
@@ -40,11 +39,12 @@ from .aggregate import (
     NodeState,
     build_view,
     empty_view,
-    heatmap_body,
     history_values,
 )
+from .batch_parse import BatchParser
 from .heatmap_columns import columns_body
 from .history import History
+from .json_decode import decode
 from .node_detail import NodeDetails
 from .transfers_view import LastKnownDevices
 
@@ -104,11 +104,11 @@ async def _read_at_most(reply: aiohttp.ClientResponse, limit: int) -> bytes:
 
 
 def _reduced(body: bytes) -> dict[str, Any]:
-    return reduce_snapshot(json.loads(body))
+    return reduce_snapshot(decode(body))
 
 
 def _reduced_summary(body: bytes) -> dict[str, Any]:
-    return reduce_summary(json.loads(body))
+    return reduce_summary(decode(body))
 
 
 def start_offset(node_id: str, window_s: float) -> float:
@@ -165,6 +165,7 @@ class Collector:
         self._connections: AgentConnections | None = None
         self._refreshing = BackgroundTask("ray-accel-dashboard-refresh", self._loop)
         self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-accel-parse")
+        self._batches = BatchParser(self._parser)  # the rounds' answers, many per hand-over
         # The node page's snapshots are parsed beside the rounds, never queued behind them.
         self._detail_parser = ThreadPoolExecutor(max_workers=1,
                                                  thread_name_prefix="ray-accel-detail")
@@ -247,8 +248,9 @@ class Collector:
         return view
 
     def _build(self, nodes: list[NodeState]) -> ClusterView:
-        """The round's view, its history staged and its heatmaps encoded (in the parsing
-        thread: none of it waits on the event loop, nor holds it up)."""
+        """The round's view, its history staged and its heatmap's columns form encoded (in
+        the parsing thread: none of it waits on the event loop, nor holds it up; the
+        per-node form is written from the rows each node's part encoded)."""
         # While it builds, the interpreter hands the GIL over more often, so the event
         # loop's thread waits less between its turns.
         switch_interval = sys.getswitchinterval()
@@ -257,7 +259,6 @@ class Collector:
             view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
                               self._transfer_devices)
             self.history.stage(view.generated_at, history_values(view), _let_the_loop_run)
-            heatmap_body(view)
             columns_body(view, _let_the_loop_run)
         finally:
             sys.setswitchinterval(switch_interval)
@@ -326,8 +327,7 @@ class Collector:
         body, etag = reply.body, reply.header("ETag")
         stats.summaries += 1
         stats.body_bytes += len(body)
-        data = await asyncio.get_running_loop().run_in_executor(
-            self._parser, _reduced_summary, body)
+        data = await self._batches.parse(_reduced_summary, body)
         data["taken_at"] = taken_at
         node.has_summary = True
         self._replace_data(node, data, etag, detailed=False)
@@ -352,7 +352,7 @@ class Collector:
         stats.body_bytes += len(body)
         # Parsed off the event loop (a 1000-node round would block it for seconds), one
         # at a time: more parsing threads would only take the GIL from the loop more often.
-        data = await asyncio.get_running_loop().run_in_executor(self._parser, _reduced, body)
+        data = await self._batches.parse(_reduced, body)
         self._replace_data(node, data, "", detailed=True)
 
     @staticmethod

@@ -6,7 +6,8 @@
 Serves NODES fake agents (summaries with ETags and 304s, full snapshots for the
 node page) made from one real snapshot of the simulated 8x H200 node, until its
 stdin closes; prints one JSON line first: the URL and the body sizes. In a process
-of its own, the head that fetches from it is measured (or tested) alone.
+of its own (or several: `FleetProcess(processes=K)`), the head that fetches from it
+is measured (or tested) alone.
 
 - `--change F`: every refresh interval a share F of the nodes gets a new summary
   (1 W more on its first device, as power readings would make).
@@ -176,32 +177,44 @@ async def serve(nodes: int, change: float, shape: FleetShape, refresh_s: float =
 
 
 class FleetProcess:
-    """The fake agents of `nodes` nodes served by a child process (a context manager)."""
+    """The fake agents of `nodes` nodes served by `processes` child processes (node n by
+    process n mod `processes`, so that one node's answer does not queue behind the
+    whole fleet's in one process); a context manager."""
 
     def __init__(self, nodes: int, change: float = 0.0, shape: FleetShape | None = None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, processes: int = 1) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, got {processes}")
         shape = shape or FleetShape()
         self.nodes = nodes
         args = [python, "-m", __name__, str(nodes), "--change", str(change),
                 "--down-every", str(shape.down_every), *(["--spread"] if shape.spread else [])]
-        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True)
-        line = self._proc.stdout.readline()
-        if not line:
-            self._proc.wait(timeout=60)
-            raise RuntimeError(f"the fake agents did not start (exit {self._proc.returncode})")
-        self.info: dict[str, Any] = json.loads(line)
-        self.url: str = self.info["url"]
+        # every child knows the whole fleet (the same churn), each is asked for its share
+        self._procs = [subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True) for _ in range(processes)]
+        infos = []
+        for proc in self._procs:
+            line = proc.stdout.readline()
+            if not line:
+                self.close()
+                raise RuntimeError(f"the fake agents did not start (exit {proc.returncode})")
+            infos.append(json.loads(line))
+        self.info: dict[str, Any] = infos[0]
+        self.urls: list[str] = [info["url"] for info in infos]
+        self.url: str = self.urls[0]
 
     def targets(self) -> list[AgentTarget]:
         """How a collector finds every node of the fleet."""
-        return [AgentTarget(node_id(n), f"{self.url}/n/{n}", f"host-{n}")
+        urls = self.urls
+        return [AgentTarget(node_id(n), f"{urls[n % len(urls)]}/n/{n}", f"host-{n}")
                 for n in range(self.nodes)]
 
     def close(self) -> None:
-        if self._proc.stdin and not self._proc.stdin.closed:
-            self._proc.stdin.close()
-        self._proc.wait(timeout=60)
+        for proc in self._procs:
+            if proc.stdin and not proc.stdin.closed:
+                proc.stdin.close()
+        for proc in self._procs:
+            proc.wait(timeout=60)
 
     def __enter__(self) -> FleetProcess:
         return self

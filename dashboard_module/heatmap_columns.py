@@ -10,12 +10,13 @@ are indices into small tables. See docs/api.md.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .aggregate import ClusterView
 from .findings import DOWN, OK, STALE, WARNING
-from .json_pieces import encode_in_pieces
 
 # Device health by code; the code is the index.
 HEALTH_CODES = (OK, WARNING, STALE, DOWN)
@@ -65,11 +66,97 @@ def columns_document(view: ClusterView) -> dict[str, Any]:
             "nodes": nodes, "devices": devices}
 
 
+NODE_COLUMNS = ("node_id", "hostname", "status", "devices", *GROUP_KEYS)
+# The device columns a node's part encodes itself ("model" is an index into the view's
+# model table, so it is made when the view's body is).
+DEVICE_COLUMNS = ("index", "health", "util", "mem", "power", "temp", "flags")
+
+
+@dataclass(frozen=True, slots=True)
+class RowColumns:
+    """One node's share of the columns form, encoded: each node column's entry and each
+    device column's entries (comma-separated JSON), and its devices' models."""
+
+    node: tuple[str, ...]
+    devices: tuple[str, ...]
+    models: tuple[str, ...]
+
+
+def _encoded(items: list[Any]) -> str:
+    return json.dumps(items, separators=(",", ":"), allow_nan=False)[1:-1]
+
+
+def row_columns(row: dict[str, Any], placement: dict[str, str]) -> RowColumns:
+    """The columns-form share of one heatmap row (of a node placed at `placement`)."""
+    cells = row["devices"]
+    health_code = {name: code for code, name in enumerate(HEALTH_CODES)}
+    node = (row["node_id"], row["hostname"], row["status"], len(cells), row["nvlink_domain"],
+            *(placement.get(key, "") for key in GROUP_KEYS[1:]))
+    devices = {"index": [cell["index"] for cell in cells],
+               "health": [health_code[cell["health"]] for cell in cells],
+               **{column: [cell[column] for cell in cells] for column in ("util", "mem",
+                                                                           "power", "temp")},
+               "flags": [_flags(cell) for cell in cells]}
+    return RowColumns(tuple(_encoded([entry]) for entry in node),
+                      tuple(_encoded(devices[column]) for column in DEVICE_COLUMNS),
+                      tuple(cell["model"] for cell in cells))
+
+
+def _row_columns(view: ClusterView, at: int) -> RowColumns:
+    part = view.parts[at]
+    if part.columns is None:  # kept with the part: made again only when the node changes
+        part.columns = row_columns(part.row, _placement(view, part.row["node_id"]))
+    return part.columns
+
+
+def _model_entries(rows: list[RowColumns]) -> tuple[list[str], list[str]]:
+    """The view's model table (in the order the cells name them first) and each row's
+    model column entries."""
+    table: dict[str, int] = {}
+    made: dict[tuple[str, ...], str] = {}  # most nodes' devices are all of one model
+    entries = []
+    for row in rows:
+        entry = made.get(row.models)
+        if entry is None:
+            entry = made[row.models] = ",".join(
+                str(table.setdefault(model, len(table))) for model in row.models)
+        entries.append(entry)
+    return list(table), entries
+
+
+def _column(entries: list[str]) -> str:
+    return "[" + ",".join(entry for entry in entries if entry) + "]"
+
+
+def _assembled(view: ClusterView, pause: Callable[[], None]) -> bytes:
+    """columns_document(view) as JSON, joined from the rows' encoded shares."""
+    rows = []
+    for at in range(len(view.parts)):
+        if at % 256 == 255:
+            pause()
+        rows.append(_row_columns(view, at))
+    models, model_entries = _model_entries(rows)
+    nodes = ",".join(f'"{name}":[' + ",".join(row.node[at] for row in rows) + "]"
+                     for at, name in enumerate(NODE_COLUMNS))
+    device_columns = dict(zip(DEVICE_COLUMNS, zip(*(row.devices for row in rows),
+                                                   strict=True), strict=True)) if rows else \
+        dict.fromkeys(DEVICE_COLUMNS, ())
+    devices = [f'"index":{_column(list(device_columns["index"]))}',
+               f'"model":{_column(model_entries)}',
+               *(f'"{name}":{_column(list(device_columns[name]))}'
+                 for name in DEVICE_COLUMNS[1:])]
+    head = json.dumps({"generated_at": view.generated_at, "form": "columns",
+                       "health": list(HEALTH_CODES), "models": models,
+                       "flags": {"allocated": ALLOCATED, "idle": IDLE, "spinning": SPINNING}},
+                      separators=(",", ":"), allow_nan=False)[:-1]
+    return f'{head},"nodes":{{{nodes}}},"devices":{{{",".join(devices)}}}}}'.encode()
+
+
 def columns_body(view: ClusterView, pause: Callable[[], None] = lambda: None) -> bytes:
-    """The columns document as JSON, encoded once per view (in pieces with `pause()`
-    between them: the collector encodes it beside the event loop)."""
+    """The columns document as JSON, made once per view from each node's share, which is
+    encoded once while the node stays the same (`pause()` is called between pieces: the
+    collector makes it beside the event loop)."""
     body = view.encoded.get(ENCODED_KEY)
     if body is None:
-        body = view.encoded[ENCODED_KEY] = encode_in_pieces(columns_document(view), pause,
-                                                            allow_nan=False)
+        body = view.encoded[ENCODED_KEY] = _assembled(view, pause)
     return body

@@ -13,7 +13,9 @@ form back (for answers that list every field).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
+from itertools import repeat
 from typing import Any, ClassVar
 
 
@@ -22,12 +24,22 @@ class FieldRecord:
 
     __slots__ = ()
     DEFAULTS: ClassVar[Mapping[str, Any]] = {}
+    _NAMES: ClassVar[tuple[str, ...]] = ()
+    _DEFAULT_VALUES: ClassVar[tuple[Any, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._NAMES = tuple(cls.DEFAULTS)
+        cls._DEFAULT_VALUES = tuple(cls.DEFAULTS.values())
 
     def __init__(self, fields: Mapping[str, Any]) -> None:
         """The fields of `fields` this record has (others are ignored), the rest their
         defaults."""
-        for name, default in self.DEFAULTS.items():
-            object.__setattr__(self, name, fields.get(name, default))
+        # One pass in C (the head makes 80,000 of these for a 10,000-node fleet's first
+        # round): setattr(self, name, fields.get(name, default)) for every field.
+        names = self._NAMES
+        deque(map(object.__setattr__, repeat(self, len(names)), names,
+                  map(fields.get, names, self._DEFAULT_VALUES)), maxlen=0)
 
     # record["name"]: the slot's own lookup, with no Python frame in between
     __getitem__ = object.__getattribute__

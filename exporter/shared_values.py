@@ -39,16 +39,25 @@ def _number(table: dict[Any, Any], number: Any) -> Any:
     return found
 
 
+def _new_float(item: float) -> float:
+    if not math.isfinite(item) or (item == 0.0 and math.copysign(1.0, item) < 0):
+        return item
+    return _number(_floats, item)
+
+
 def _scalar(item: Any) -> Any:
     kind = type(item)  # exact types: bool is not int here, nor a float subclass a float
+    if kind is float:
+        # The common case first: a value met before (-0.0 finds 0.0, and is kept apart).
+        found = _floats.get(item)
+        if found is not None and (found or math.copysign(1.0, item) > 0):
+            return found
+        return _new_float(item)
     if kind is str:
         return sys.intern(item) if len(item) <= MAX_SHARED_TEXT else item
-    if kind is float:
-        if not math.isfinite(item) or (item == 0.0 and math.copysign(1.0, item) < 0):
-            return item
-        return _number(_floats, item)
     if kind is int:
-        return _number(_ints, item)
+        found = _ints.get(item)
+        return found if found is not None else _number(_ints, item)
     return item
 
 
