@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 
 from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, ProcessSample, Reading
 from ray_accel.exporter.record.frames import Frame, FrameMaker
@@ -42,28 +43,34 @@ def _plain(frame: Frame) -> list:
                              for d in frame.devices]]
 
 
-def test_frames_come_back_exactly_across_drops_key_changes_and_devices_leaving() -> None:
-    rng = random.Random(21)
-    history, maker, fed = History(max_age_s=10), FrameMaker(), []
-    for cycle in range(40):
+def _fed(history: History, cycles: int, seed: int) -> Iterator[tuple[int, list]]:
+    """Feeds `history` one snapshot per cycle; yields the cycle and every frame fed so far."""
+    rng, maker, fed = random.Random(seed), FrameMaker(), []
+    for cycle in range(cycles):
         snapshot = _snapshot(cycle, rng)
         fed.append(_plain(maker.frame(snapshot)))
         history.add(snapshot)
-        kept = [_plain(f) for f in history.recording().frames]
+        yield cycle, fed
+
+
+def _kept(history: History, last_s: float | None = None) -> list:
+    return [_plain(f) for f in history.recording(last_s).frames]
+
+
+def test_frames_come_back_exactly_across_drops_key_changes_and_devices_leaving() -> None:
+    history = History(max_age_s=10)
+    for cycle, fed in _fed(history, 40, seed=21):
+        kept = _kept(history)
         assert kept == fed[-len(kept):], cycle
         assert len(kept) == min(cycle + 1, 11)
-    assert [_plain(f) for f in history.recording(last_s=3).frames] == fed[-4:]
+    assert _kept(history, last_s=3) == fed[-4:]
 
 
 def test_packed_history_stays_within_its_byte_cap_and_keeps_the_newest() -> None:
-    rng = random.Random(7)
-    history, maker, fed = History(max_bytes=6_000), FrameMaker(), []
-    for cycle in range(60):
-        snapshot = _snapshot(cycle, rng)
-        fed.append(_plain(maker.frame(snapshot)))
-        history.add(snapshot)
-        assert history.nbytes <= 6_000
-    kept = [_plain(f) for f in history.recording().frames]
+    history = History(max_bytes=6_000)
+    for cycle, fed in _fed(history, 60, seed=7):
+        assert history.nbytes <= 6_000, (cycle, len(fed))
+    kept = _kept(history)
     assert 1 < len(kept) < 60
     assert kept == fed[-len(kept):]
 

@@ -24,11 +24,12 @@ from ..model import BackendStatus, Device, NodeSnapshot
 from .frames import DeviceFrame, Frame, FrameMaker, SeriesKey
 
 DEFAULT_MAX_AGE_S = 600.0
-# hgx-h200 at 1 s (1219 series): 9.8 kB of values per frame, packed to about 1.1 kB
-# (a third of them change each cycle), 0.07 MB per node-minute, 0.7 MB for the 10
-# minutes kept (tests/test_record_history.py measures it); the cap bounds a node whose
-# values all change every cycle, or a shorter interval, and drops the oldest frames beyond.
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+# hgx-h200 at 1 s (1219 series): 9.8 kB of values per frame, packed to about 1 kB (two
+# fifths of them change each cycle), 2.2 kB with the objects that hold them: 0.13 MB per
+# node-minute, 1.3 MB for the 10 minutes kept (tests/test_record_history.py measures
+# it). The cap leaves room for 10 minutes of a node three times that size, and drops the
+# oldest frames beyond (at a 0.05 s interval it holds about 1,900 frames of this node).
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 _LEVEL = 1  # zlib's fastest: the XOR already did most of the work
 
 
