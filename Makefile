@@ -53,9 +53,12 @@ frontend: env frontend-deps
 	cd frontend && npm run build
 	$(PY) -m ray_accel.dashboard_module.frontend_build --write
 
+# Two test files run at a time, each on its own worker (a module's Ray cluster and
+# agents stay on one worker); TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
 test: env system-deps lint frontend-deps
 	cd frontend && npm test
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Rewrites docs/benchmarks.md: collection cost beside Ray's own provider, scrape cost,
 # memory under process churn, the smallest sampling interval under 1% of a core.

@@ -139,7 +139,8 @@ def test_two_jobs_are_told_apart(agent, workload, cluster, tmp_path):
 
 def test_many_short_tasks_stay_under_the_task_id_cap(agent, workload):
     seen_task_ids: set[str] = set()
-    workload.send("burst 120 0.3")
+    agent.wait_for(lambda doc: doc["cycle"] >= 1, timeout=60)
+    workload.send("burst 40 0.4")
     deadline = time.monotonic() + 300
     while not (workload.out / "burst.json").exists():
         assert time.monotonic() < deadline, "burst did not finish"
@@ -151,7 +152,7 @@ def test_many_short_tasks_stay_under_the_task_id_cap(agent, workload):
         time.sleep(INTERVAL_S / 2)
     workload.expect("burst-done")
     burst = json.loads((workload.out / "burst.json").read_text())
-    assert burst["tasks"] == 120
+    assert burst["tasks"] == 40
     assert 0 < len(seen_task_ids) <= TASK_ID_CAP
     doc = agent.json("/api/v1/snapshot")
     assert doc["attribution"]["dropped_labels"]["ray_task_id"] > 0
