@@ -137,14 +137,21 @@ def holder_table(snapshot: NodeSnapshot) -> str:
     return "\n".join(rows)
 
 
-async def _wait_for_workload(agent: Agent, stop: asyncio.Event,
-                             holders: int) -> NodeSnapshot | None:
+async def _wait_for_workload(agent: Agent, stop: asyncio.Event, holders: int,
+                             started: Path) -> NodeSnapshot | None:
+    """The first snapshot taken after the workload wrote `started` (every holder then uses
+    its devices) that names `holders` holders."""
     deadline = time.monotonic() + READY_TIMEOUT_S
+    started_at = None
     while time.monotonic() < deadline and not stop.is_set():
+        if started_at is None and started.exists():
+            started_at = time.time()
         snapshot = agent.store.latest
         # named: Ray's State API (which names tasks) may lag the raylet by a cycle
-        if snapshot and sum(1 for found in snapshot.holders.values() for h in found
-                            if h.identity.actor_class or h.identity.task_name) >= holders:
+        if (started_at is not None and snapshot
+                and snapshot.taken_at - snapshot.cycle_duration_s > started_at
+                and sum(1 for found in snapshot.holders.values() for h in found
+                        if h.identity.actor_class or h.identity.task_name) >= holders):
             return snapshot
         await asyncio.sleep(0.5)
     return None
@@ -205,7 +212,8 @@ async def _serve(cluster: LocalRayCluster, port: int, folder: Path, family: Work
     try:
         print("Waiting for the workload to start on the simulated devices...", flush=True)
         holders = ACCELERATORS[family.accelerator].holders()
-        snapshot = await _wait_for_workload(agent, stop, holders)
+        snapshot = await _wait_for_workload(agent, stop, holders,
+                                            folder / "workload" / "identities.json")
         if snapshot is not None:
             print(f"\nRay node {snapshot.attribution.node_id}, as the agent sees it:\n")
             print(holder_table(snapshot))
