@@ -18,6 +18,7 @@ from typing import Any
 from . import findings as findings_of
 from . import transfers_view
 from .findings import DOWN, OK, SEVERITIES, STALE, WARNING, Finding, device_findings, device_health
+from .heatmap_columns import RowColumns, row_columns
 from .node_state import NODE_STATUSES, NodeState
 from .workloads import Unit, Workloads, jobs_of, merge_units, shown_activity
 
@@ -36,7 +37,6 @@ class ClusterView:
     nodes: dict[str, NodeState]
     statuses: dict[str, str]
     summary: dict[str, Any]
-    heatmap: list[dict[str, Any]]
     findings: list[Finding]
     device_findings: dict[str, list[Finding]]
     health: dict[str, str]  # device uuid -> health
@@ -49,6 +49,12 @@ class ClusterView:
     heatmap_rows: list[bytes] = field(default_factory=list)  # each heatmap row as JSON
     parts: list[NodePart] = field(default_factory=list)  # each node's part, in row order
     transfers: transfers_view.TransfersView = field(default_factory=transfers_view.TransfersView)
+
+    @property
+    def heatmap(self) -> list[dict[str, Any]]:
+        """Every node's heatmap row (node, status, NVLink domain, device cells), decoded from
+        the rows each node's part keeps encoded (the view holds no second, decoded copy)."""
+        return [json.loads(row) for row in self.heatmap_rows]
 
 
 def _ratio(used: float | None, total: float | None) -> float | None:
@@ -145,14 +151,14 @@ class NodePart:
     findings: list[Finding]  # the devices' findings (not the node's own)
     device_findings: dict[str, list[Finding]]
     health: dict[str, str]
-    cells: list[dict[str, Any]]
     nvlink_domain: str
     totals: _Totals
     units: dict[str, Unit]
     history: dict[str, float | None]
-    row: dict[str, Any]  # the node's heatmap row
-    row_json: bytes  # the row encoded, so a round encodes only the rows that changed
-    columns: Any = None  # the row's share of the columns form (heatmap_columns.py), once made
+    # The node's heatmap row, kept only encoded (so a round encodes only the rows that
+    # changed), and its share of the columns form.
+    row_json: bytes
+    columns: RowColumns
 
 
 def _node_part(node: NodeState, status: str, key: tuple[Any, ...]) -> NodePart:
@@ -172,12 +178,14 @@ def _node_part(node: NodeState, status: str, key: tuple[Any, ...]) -> NodePart:
         totals.add(device, health)
         workloads.add_device(node, device)
         cells.append(_heat_cell(device, health))
-    domain = (node.data or {}).get("placement", {}).get("nvlink_domain", "")
+    placement = (node.data or {}).get("placement") or {}
+    domain = placement.get("nvlink_domain", "")
     row = {"node_id": node.node_id, "hostname": node.hostname, "status": status,
            "nvlink_domain": domain, "devices": cells}
-    return NodePart(key, findings, per_device, health_of, cells, domain, totals,
-                    workloads.units, _node_history(node.node_id, devices), row,
-                    json.dumps(row, separators=(",", ":")).encode())
+    return NodePart(key, findings, per_device, health_of, domain, totals, workloads.units,
+                    _node_history(node.node_id, devices),
+                    json.dumps(row, separators=(",", ":")).encode(),
+                    row_columns(row, placement))
 
 
 def _node_history(node_id: str, devices: Iterable[dict[str, Any]]) -> dict[str, float | None]:
@@ -243,7 +251,6 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
     per_device: dict[str, list[Finding]] = {}
     health_of: dict[str, str] = {}
     node_history: dict[str, float | None] = {}
-    heatmap = []
     heatmap_rows = []
     row_parts = []
     for number, node_id in enumerate(sorted(by_id)):
@@ -264,7 +271,6 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
         totals.merge(part.totals)
         merge_units(units, part.units)
         node_history.update(part.history)
-        heatmap.append(part.row)
         heatmap_rows.append(part.row_json)
         row_parts.append(part)
     transfers = transfers_view.build_transfers(by_id, units, now, transfer_devices)
@@ -273,7 +279,7 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
     summary = _summary(len(by_id), statuses, totals, findings)
     return ClusterView(
         generated_at=now, refresh_s=refresh_s, nodes=by_id, statuses=statuses, summary=summary,
-        heatmap=heatmap, findings=findings, device_findings=per_device, health=health_of,
+        findings=findings, device_findings=per_device, health=health_of,
         jobs=jobs_of(units), units=units,
         actors={u["actor_id"]: k for k, u in units.items() if u["actor_id"]},
         tasks={u["task_id"]: k for k, u in units.items() if u["task_id"]},

@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .aggregate import ClusterView
 from .findings import DOWN, OK, STALE, WARNING
+
+if TYPE_CHECKING:  # aggregate.py makes each node's share with row_columns()
+    from .aggregate import ClusterView
 
 # Device health by code; the code is the index.
 HEALTH_CODES = (OK, WARNING, STALE, DOWN)
@@ -102,13 +104,6 @@ def row_columns(row: dict[str, Any], placement: dict[str, str]) -> RowColumns:
                       tuple(cell["model"] for cell in cells))
 
 
-def _row_columns(view: ClusterView, at: int) -> RowColumns:
-    part = view.parts[at]
-    if part.columns is None:  # kept with the part: made again only when the node changes
-        part.columns = row_columns(part.row, _placement(view, part.row["node_id"]))
-    return part.columns
-
-
 def _model_entries(rows: list[RowColumns]) -> tuple[list[str], list[str]]:
     """The view's model table (in the order the cells name them first) and each row's
     model column entries."""
@@ -130,11 +125,9 @@ def _column(entries: list[str]) -> str:
 
 def _assembled(view: ClusterView, pause: Callable[[], None]) -> bytes:
     """columns_document(view) as JSON, joined from the rows' encoded shares."""
-    rows = []
-    for at in range(len(view.parts)):
-        if at % 256 == 255:
-            pause()
-        rows.append(_row_columns(view, at))
+    # each node's share is made with its part, again only when the node changes
+    rows = [part.columns for part in view.parts]
+    pause()
     models, model_entries = _model_entries(rows)
     nodes = ",".join(f'"{name}":[' + ",".join(row.node[at] for row in rows) + "]"
                      for at, name in enumerate(NODE_COLUMNS))

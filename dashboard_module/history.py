@@ -1,10 +1,12 @@
 """Short in-memory history for sparklines: one value per key per refresh round.
 
-Every series shares one ring of timestamps (doubles); each key keeps a fixed
-array of single-precision floats (NaN where the round had no value: seven
-significant digits are plenty for a sparkline), so ten thousand nodes of eight
-devices at ten minutes of five-second rounds cost about 80 MB. A key not written
-for a whole window is forgotten.
+Every series shares one ring of timestamps (doubles). The values live in blocks
+of `BLOCK_SERIES` series each (no object, header or dict of its own per series):
+single-precision floats (NaN where the round had no value: seven significant
+digits are plenty for a sparkline), except devices' utilization, a ratio the
+agents' summaries carry in thousandths, kept as 16-bit thousandths. Ten
+thousand nodes of eight devices at ten minutes of five-second rounds cost about
+75 MB. A key not written for a whole window is forgotten and its place reused.
 
 A round is written in two steps so that the writing (180,000 values at 10,000
 nodes) can happen beside the event loop: `stage()` (any thread) fills the ring's
@@ -21,6 +23,45 @@ from collections.abc import Callable, Iterable, Mapping
 
 _NAN = float("nan")
 PAUSE_EVERY = 4096
+BLOCK_SERIES = 1024
+# 16-bit thousandths: 0..MAX_THOUSANDTHS, ABSENT where the round had no value (a ratio
+# out of that range cannot be a utilization, and is kept as absent, never clamped).
+ABSENT = 0xFFFF
+MAX_THOUSANDTHS = 1000
+
+
+def _is_thousandths(key: str) -> bool:
+    return key.startswith("device.") and key.endswith(".utilization")
+
+
+class _Store:
+    """Series of `slots` values of one array type, `BLOCK_SERIES` to a block."""
+
+    def __init__(self, typecode: str, empty: float | int, slots: int) -> None:
+        self.slots = slots
+        self.empty = empty
+        self.empty_series = array(typecode, [empty]) * slots
+        self.blocks: list[array] = []
+        self.last = array("q")  # per series: the round that last wrote it
+        self.free: list[int] = []
+        self.count = 0
+
+    def allocate(self) -> int:
+        """A series number, every value of it empty."""
+        if self.free:
+            number = self.free.pop()
+        else:
+            number, self.count = self.count, self.count + 1
+            if number >= len(self.blocks) * BLOCK_SERIES:
+                self.blocks.append(self.empty_series * BLOCK_SERIES)
+                self.last.extend([-1] * BLOCK_SERIES)
+        start = (number % BLOCK_SERIES) * self.slots
+        self.blocks[number // BLOCK_SERIES][start:start + self.slots] = self.empty_series
+        return number
+
+    def values(self, number: int, order: list[int]) -> list[float | int]:
+        block, start = self.blocks[number // BLOCK_SERIES], (number % BLOCK_SERIES) * self.slots
+        return [block[start + slot] for slot in order]
 
 
 class History:
@@ -32,8 +73,10 @@ class History:
         self.length = length
         self._slots = length + 1  # one more than shown: the slot being staged
         self._times = array("d", [_NAN] * self._slots)
-        self._series: dict[str, array] = {}
-        self._last_round: dict[str, int] = {}
+        # the stores by kind: 0 single-precision floats, 1 thousandths
+        self._stores = (_Store("f", _NAN, self._slots), _Store("H", ABSENT, self._slots))
+        # key -> its series number in its store, times two, plus the store's kind
+        self._series: dict[str, int] = {}
         self._round = -1  # the newest published round
         self._staged: list[str] | None = None  # keys to forget when the staged round shows
 
@@ -42,29 +85,45 @@ class History:
         self.stage(at, values)
         self.publish()
 
+    def _new_series(self, key: str) -> int:
+        kind = 1 if _is_thousandths(key) else 0
+        code = self._series[key] = self._stores[kind].allocate() * 2 + kind
+        return code
+
     def stage(self, at: float, values: Mapping[str, float | None],
               pause: Callable[[], None] | None = None) -> None:
         """Write the next round into the spare slot, unseen until `publish()`; `pause()`,
         when given, is called every PAUSE_EVERY values (see collector.py)."""
         now = self._round + 1
         slot = now % self._slots
+        slots = self._slots
         self._times[slot] = at
-        series_of, last_round = self._series, self._last_round
+        series_of, stores = self._series, self._stores
         for number, (key, value) in enumerate(values.items()):
             if pause is not None and number % PAUSE_EVERY == PAUSE_EVERY - 1:
                 pause()
-            series = series_of.get(key)
-            if series is None:
-                series = series_of[key] = array("f", [_NAN] * self._slots)
-            series[slot] = _NAN if value is None else value
-            last_round[key] = now
+            code = series_of.get(key)
+            if code is None:
+                code = self._new_series(key)
+            store, at_series = stores[code & 1], code >> 1
+            if code & 1:
+                stored = ABSENT if value is None or not 0.0 <= value <= 1.0 else \
+                    round(value * MAX_THOUSANDTHS)
+            else:
+                stored = _NAN if value is None else value
+            store.blocks[at_series // BLOCK_SERIES][(at_series % BLOCK_SERIES) * slots + slot] = \
+                stored
+            store.last[at_series] = now
         # Only the keys this round did not write (a set difference, not a walk of all).
         forget = []
         for key in series_of.keys() - values.keys():
-            if now - last_round[key] >= self.length:
+            code = series_of[key]
+            store, at_series = stores[code & 1], code >> 1
+            if now - store.last[at_series] >= self.length:
                 forget.append(key)
             else:
-                series_of[key][slot] = _NAN
+                store.blocks[at_series // BLOCK_SERIES][
+                    (at_series % BLOCK_SERIES) * slots + slot] = store.empty
         self._staged = forget
 
     def publish(self) -> None:
@@ -73,7 +132,8 @@ class History:
         if self._staged is None:
             return
         for key in self._staged:
-            del self._series[key], self._last_round[key]
+            code = self._series.pop(key)
+            self._stores[code & 1].free.append(code >> 1)
         self._staged = None
         self._round += 1
 
@@ -87,11 +147,13 @@ class History:
 
     def series(self, key: str) -> list[float | None]:
         """Values of `key` in time order (None where absent); empty if unknown."""
-        values = self._series.get(key)
-        if values is None:
+        code = self._series.get(key)
+        if code is None:
             return []
-        return [None if math.isnan(values[i]) else float(f"{values[i]:.7g}")
-                for i in self._order()]
+        values = self._stores[code & 1].values(code >> 1, self._order())
+        if code & 1:
+            return [None if v == ABSENT else v / MAX_THOUSANDTHS for v in values]
+        return [None if math.isnan(v) else float(f"{v:.7g}") for v in values]
 
     def many(self, keys: Iterable[str]) -> dict[str, list[float | None]]:
         return {key: self.series(key) for key in keys}

@@ -1,7 +1,8 @@
 """How a round's answers are parsed and its heatmaps encoded: changed summaries parsed in
 batches (each caller gets its own result or error), JSON decoded as the json module
 does, the columns form joined from each node's share (made again only for a changed
-node), the per-node form written from its rows, and shared numbers keeping -0.0 apart.
+node), the per-node form written from its rows, shared numbers keeping -0.0 apart, and
+the history's series in blocks.
 
 Summaries here are hand-made (two models, a lost device, a stale and an unreachable
 node): what is under test is the head's encoding, not what an agent reports.
@@ -23,6 +24,7 @@ from ray_accel.dashboard_module.batch_parse import BatchParser
 from ray_accel.dashboard_module.collector import Collector
 from ray_accel.dashboard_module.fleet import node_id
 from ray_accel.dashboard_module.heatmap_columns import columns_body, columns_document
+from ray_accel.dashboard_module.history import BLOCK_SERIES, History
 from ray_accel.dashboard_module.json_decode import decode
 from ray_accel.dashboard_module.standalone import build_app
 from ray_accel.exporter import shared_values
@@ -181,3 +183,26 @@ def test_shared_numbers_keep_negative_zero_apart():
     assert math.copysign(1.0, shared_values.share(0.0)) > 0
     first, second = shared_values.share(float("1234.5")), shared_values.share(float("1234.5"))
     assert first is second
+
+
+def test_history_blocks_keep_every_series_apart_and_reuse_forgotten_places():
+    history = History(2)
+    keys = [f"device.GPU-{n}.memory_used_bytes" for n in range(BLOCK_SERIES + 5)]  # two blocks
+    history.record(1.0, {key: float(n) for n, key in enumerate(keys)})
+    history.record(2.0, {key: n + 0.5 for n, key in enumerate(keys)})
+    assert history.series(keys[0]) == [0.0, 0.5]
+    assert history.series(keys[-1]) == [len(keys) - 1.0, len(keys) - 0.5]
+    history.record(3.0, {"cluster.power_watts": 7.0})  # the devices' keys stop
+    history.record(4.0, {"cluster.power_watts": 8.0})
+    assert history.series(keys[0]) == []  # forgotten: no round wrote it for a whole window
+    history.record(5.0, {"node.x.power_watts": 1.0})  # takes a forgotten place
+    assert history.series("node.x.power_watts") == [None, 1.0]  # nothing of the old series
+
+
+def test_history_keeps_device_utilization_in_thousandths():
+    history = History(4)
+    for at, ratio in enumerate((0.256, None, 1.0, 1.5)):
+        history.record(float(at), {"device.GPU-1.utilization": ratio,
+                                   "node.n.utilization": ratio})
+    assert history.series("device.GPU-1.utilization") == [0.256, None, 1.0, None]  # 1.5: absent
+    assert history.series("node.n.utilization") == [0.256, None, 1.0, 1.5]
