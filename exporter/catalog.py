@@ -75,6 +75,7 @@ DEVICE_UP = "ray.accelerator.device.up"
 DEVICE_SAMPLE_AGE = "ray.accelerator.device.sample.age"
 SLOW_VALUES_AGE = "ray.accelerator.device.slow_values.age"
 RARE_VALUES_AGE = "ray.accelerator.device.rare_values.age"
+LINK_COUNTERS_AGE = "ray.accelerator.device.link_counters.age"
 DEVICE_INFO = "ray.accelerator.device.info"
 LINK_IO = "hw.gpu.io"
 LINK_UP = "ray.accelerator.link.up"
@@ -268,13 +269,21 @@ CATALOG: tuple[MetricSpec, ...] = (
            "Seconds between the last read of the device's values marked rare cadence "
            "(energy) and the device's sample; add ray.accelerator.device.sample.age for their "
            "age now. Present where the backend reads on a cadence (NVIDIA)."),
+    _gauge(LINK_COUNTERS_AGE, "s",
+           "Seconds between the last read of the device's link byte counters "
+           "(hw.gpu.io) and the device's sample; add ray.accelerator.device.sample.age for "
+           "their age now. Present where the backend reads them on a schedule (NVIDIA: every "
+           "cycle, or where GPM measures the links' rates each cycle, when due: see "
+           "docs/backends.md)."),
     _info(DEVICE_INFO, "Static facts about the device.",
           "pci_bus_id", "parent_uuid", "architecture", "driver_version", "serial", "numa_node",
           "cpu_affinity", "nvlink_domain", "nearest_nics"),
     # Interconnect and topology
     _counter(LINK_IO, "By",
              "Bytes the device moved over the link, by direction (transmit, receive): NVLink "
-             "and XGMI per link, PCIe for the device's host link.", "direction",
+             "and XGMI per link, PCIe for the device's host link. NVIDIA GPUs whose GPM "
+             "measures the links' rates read them when due, at least every slow interval "
+             "(their age: ray.accelerator.device.link_counters.age).", "direction",
              scope=Scope.LINK),
     _gauge(LINK_UP, "", "1 when the link is trained and active, else 0.", scope=Scope.LINK,
            valid=FLAG, cadence=Cadence.SLOW),

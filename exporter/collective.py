@@ -6,7 +6,10 @@ device stays busy while its interconnect byte counters stop moving. The
 detector watches every device's utilization and the rates of its peer links
 (NVLink, XGMI; the PCIe host link on devices without any) and calls a device
 suspected once that pattern has held for a whole window. A busy device that
-moves data, or an idle one, is not suspected. Where the device measures engine
+moves data, or an idle one, is not suspected. Where the backend reads the byte
+counters on a schedule (it exports their age: NVIDIA, which reads them less often
+where GPM measures the links each cycle), the rates are the device's own
+measurement of the cycle where it has one. Where the device measures engine
 activity (GPM), one whose SMs or tensor pipes really work is not suspected either:
 a compute-bound worker that does not communicate keeps its links flat too, but
 a hung collective's spinning kernel leaves the SMs nearly idle
@@ -23,6 +26,7 @@ from .activity import activity_of
 from .model import DeviceSample
 
 PCIE = m.LINK_PCIE
+NVLINK = m.LINK_NVLINK
 GENERAL = m.TASK_GENERAL
 DEFAULT_WINDOW_S = 30.0
 DEFAULT_BUSY_UTILIZATION = 0.8
@@ -44,8 +48,31 @@ def _utilization(sample: DeviceSample) -> float | None:
                 None)
 
 
+def _measured_rate(sample: DeviceSample) -> float | None:
+    """Bytes/s the device measured this cycle over its NVLinks, else its PCIe link (GPM),
+    where its backend reads the byte counters on a schedule; None otherwise."""
+    nvlink = pcie = None
+    scheduled = False
+    for r in sample.readings:
+        metric = r.metric
+        if metric == m.LINK_THROUGHPUT and ("link_type", NVLINK) in r.labels:
+            nvlink = (nvlink or 0.0) + r.value
+        elif metric == m.PCIE_THROUGHPUT:
+            pcie = (pcie or 0.0) + r.value
+        elif metric == m.LINK_COUNTERS_AGE:
+            scheduled = True
+    if not scheduled or m.LINK_THROUGHPUT in sample.errors or m.PCIE_THROUGHPUT in sample.errors:
+        return None  # not measured, or some of it dropped as impossible: the counters then
+    return nvlink if nvlink is not None else pcie
+
+
 def interconnect_rate(sample: DeviceSample) -> float | None:
-    """Bytes/s over the device's peer links (NVLink, XGMI), else its PCIe link; None unknown."""
+    """Bytes/s over the device's peer links (NVLink, XGMI), else its PCIe link; None unknown.
+
+    Measured by the device this cycle where it does (GPM), else from its byte counters."""
+    measured = _measured_rate(sample)
+    if measured is not None:
+        return measured
     peer = [link for link in sample.links if link.link_type != PCIE and link.rates]
     links = peer or [link for link in sample.links if link.link_type == PCIE and link.rates]
     if not links:

@@ -32,6 +32,7 @@ from ray_accel.exporter.backends.nvidia.probes import (
     SLOW_PROBES,
     DeviceState,
 )
+from ray_accel.exporter.collective import interconnect_rate
 from ray_accel.exporter.model import DeviceSample
 from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.simulate import SimulatedHardware, load_scenario
@@ -359,3 +360,54 @@ def test_process_utilization_is_one_driver_call_its_buffer_grown_once(node, nvml
     assert calls == [2, 1, 1]  # too small once (the driver says how many), then one call each
     expected = {pid: (1 + n) / 100 for n, pid in enumerate(pids)}
     assert shares == [expected] * 3
+
+
+def _measured(sample: DeviceSample) -> bool:
+    """Whether GPM measured the device's links this cycle."""
+    return any(r.metric == m.LINK_THROUGHPUT for r in sample.readings)
+
+
+def test_on_gpm_gpus_link_counters_are_read_when_due_and_stalls_judged_on_gpm(node,
+                                                                              nvml_calls):
+    clock = SteppedClock(1000.0)
+    backend, devices = _opened(clock)
+    gpus = {d.index: d for d in devices if d.index in ("0", "4", "7")}
+    reads: dict[str, list[bool]] = {index: [] for index in gpus}
+    samples: dict[str, list[DeviceSample]] = {index: [] for index in gpus}
+    try:
+        for second in range(12):
+            clock.now = 1000.0 + second
+            for index, gpu in gpus.items():
+                before = nvml_calls["nvmlDeviceGetFieldValues"]
+                samples[index].append(backend.sample(gpu))
+                reads[index].append(nvml_calls["nvmlDeviceGetFieldValues"] > before)
+    finally:
+        backend.close()
+    measured = {index: [_measured(s) for s in found] for index, found in samples.items()}
+    assert sum(measured["7"]) >= 8  # GPM measures from the second cycle on
+    # GPU 0 moves 2.6 GB/s over PCIe: its 32-bit counters could wrap within two cycles
+    assert all(reads["0"])
+    # GPU 7 moves nothing: its counters are read at its slow points (0 and 8.75 s: 9 s) and
+    # wherever GPM did not measure every link
+    assert reads["7"] == [second in (0, 9) or not measured["7"][second] for second in range(12)]
+    # GPU 4 receives 0.9 GB/s: read every other cycle while GPM measures
+    for second in range(1, 12):
+        if measured["4"][second] and measured["4"][second - 1] and second != 5:
+            assert reads["4"][second] != reads["4"][second - 1]
+    for index, found in samples.items():
+        for second, sample in enumerate(found):
+            if measured[index][second]:  # the stall detector's rate: GPM's, this cycle's
+                nvlinks = sum(r.value for r in sample.readings if r.metric == m.LINK_THROUGHPUT
+                              and dict(r.labels)["link_type"] == NVLINK)
+                assert interconnect_rate(sample) == nvlinks
+                assert (nvlinks > 0) == (index != "7")
+    # between reads the counters are the ones last read, and their age says how old
+    seven = samples["7"]
+    ages = [_value(s, m.LINK_COUNTERS_AGE) for s in seven]
+    for second in range(1, 12):
+        if reads["7"][second]:
+            assert ages[second] == 0.0
+        else:
+            assert ages[second] == ages[second - 1] + 1.0
+            assert _link_values(seven[second], m.LINK_IO) == _link_values(seven[second - 1],
+                                                                          m.LINK_IO)

@@ -151,7 +151,9 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         due = slow.due(now)
         links: tuple[Link, ...] = ()
         if tracked.links is not None:
-            links, pcie = read_links(calls, handle, tracked.links, slow=due)
+            gpm = state.extra.get("gpm")  # the link rates it measured this cycle, if any
+            links, pcie = read_links(calls, handle, tracked.links, slow=due,
+                                     measured=gpm.link_rates if gpm else None, now=now)
             readings.extend(pcie)
         for schedule, probes, read_now in ((slow, SLOW_PROBES, due),
                                            (state.rare, RARE_PROBES, state.rare.due(now))):

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .probes import DeviceState
 
 _V2_ONLY = "fabric_v2_only"  # DeviceState.extra key: the driver rejected the v3 struct
+_LAST_ANSWER = "fabric_answer"  # DeviceState.extra key: the last answer and its readings
 _VERSION_MISMATCH = frozenset({pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH})
 
 
@@ -61,11 +62,22 @@ def _name(names: Mapping[str, int], code: int) -> str:
     return next((name for name, value in names.items() if value == code), "not_supported")
 
 
-def fabric(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Reading]:
-    """Fabric state, registration status, health summary and health-mask issues."""
+def fabric(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[Reading, ...]:
+    """Fabric state, registration status, health summary and health-mask issues.
+
+    The readings are built again only when the answer changes (it rarely does)."""
     info = read_fabric(nvml, handle, state)
     if info is None or info.state == STATE_NOT_SUPPORTED or info.state not in STATES.values():
-        return
+        return ()
+    answer = (info.state, info.status, getattr(info, "healthSummary", SUMMARY_NOT_SUPPORTED),
+              info.healthMask, bytes(info.clusterUuid), info.cliqueId)
+    last = state.extra.get(_LAST_ANSWER)
+    if last is None or last[0] != answer:
+        last = state.extra[_LAST_ANSWER] = (answer, tuple(_fabric_readings(info)))
+    return last[1]
+
+
+def _fabric_readings(info: Any) -> Iterator[Reading]:
     yield reading(m.FABRIC_STATE, info.state)
     yield reading(m.FABRIC_STATUS, info.status)
     summary = getattr(info, "healthSummary", SUMMARY_NOT_SUPPORTED)

@@ -45,6 +45,11 @@ _METRIC_SIZE = ctypes.sizeof(pynvml.c_nvmlGpmMetric_t)
 _METRIC_ANSWER = f"Iid{_METRIC_SIZE - struct.calcsize('=Iid')}x"
 
 
+# A link's per-cycle rate as GPM measures it: (link type, link number) -> direction -> bytes/s;
+# the PCIe host link is ("pcie", 0), as the backend's links are numbered.
+LinkRates = dict[tuple[str, int], dict[str, float]]
+
+
 @dataclass(frozen=True, slots=True)
 class GpmMetric:
     """How one GPM metric id becomes a catalog reading: NVML's value (percent or MiB/s) x scale."""
@@ -53,14 +58,16 @@ class GpmMetric:
     name: str
     scale: float
     labels: tuple[tuple[str, str], ...]
+    link: tuple[str, int, str] | None = None  # a link rate's (link type, number, direction)
 
 
 def _percent(metric_id: int, name: str, **labels: str) -> GpmMetric:
     return GpmMetric(metric_id, name, 0.01, labels_of(labels))
 
 
-def _mib_per_s(metric_id: int, name: str, **labels: str) -> GpmMetric:
-    return GpmMetric(metric_id, name, float(MIB), labels_of(labels))
+def _mib_per_s(metric_id: int, name: str, rate_of: tuple[str, int, str] | None = None,
+               **labels: str) -> GpmMetric:
+    return GpmMetric(metric_id, name, float(MIB), labels_of(labels), rate_of)
 
 
 def _link_metrics() -> Iterator[GpmMetric]:
@@ -72,8 +79,8 @@ def _link_metrics() -> Iterator[GpmMetric]:
             for suffix, direction in (("TX", m.TRANSMIT), ("RX", m.RECEIVE)):
                 metric_id = getattr(pynvml, "NVML_GPM_METRIC_" + pattern.format(link=link,
                                                                                 suffix=suffix))
-                yield _mib_per_s(metric_id, m.LINK_THROUGHPUT, link_type=link_type,
-                                 link=str(link), direction=direction)
+                yield _mib_per_s(metric_id, m.LINK_THROUGHPUT, (link_type, link, direction),
+                                 link_type=link_type, link=str(link), direction=direction)
 
 
 GPM_METRICS: tuple[GpmMetric, ...] = (
@@ -90,8 +97,10 @@ GPM_METRICS: tuple[GpmMetric, ...] = (
     _percent(pynvml.NVML_GPM_METRIC_FP32_UTIL, m.PIPE_ACTIVITY, pipe="fp32"),
     _percent(pynvml.NVML_GPM_METRIC_FP16_UTIL, m.PIPE_ACTIVITY, pipe="fp16"),
     _percent(pynvml.NVML_GPM_METRIC_INTEGER_UTIL, m.PIPE_ACTIVITY, pipe="integer"),
-    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, m.PCIE_THROUGHPUT, direction=m.TRANSMIT),
-    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, m.PCIE_THROUGHPUT, direction=m.RECEIVE),
+    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, m.PCIE_THROUGHPUT,
+               (m.LINK_PCIE, 0, m.TRANSMIT), direction=m.TRANSMIT),
+    _mib_per_s(pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, m.PCIE_THROUGHPUT,
+               (m.LINK_PCIE, 0, m.RECEIVE), direction=m.RECEIVE),
     *_link_metrics(),
 )
 
@@ -136,6 +145,8 @@ class GpmActivity:
         self._pruned = False
         self._suspended_until = 0.0
         self._spinning = SpinningWindow()
+        #: This cycle's link rates as GPM measured them; None when it measured none this cycle.
+        self.link_rates: LinkRates | None = None
 
     def read(self, nvml: DeviceCalls, handle: Any,
              utilization: float | None = None) -> Iterator[Reading]:
@@ -144,6 +155,7 @@ class GpmActivity:
         With the device's NVML `utilization` (0-1) of this cycle, the readings end with
         the spinning verdict (exporter/activity.py) once the window can tell.
         """
+        self.link_rates = None
         if not self._ready(nvml, handle) or not self._request.metrics:
             return  # no GPM, or none of the metrics asked for: nothing to sample for
         if self._clock() < self._suspended_until:
@@ -236,5 +248,13 @@ class GpmActivity:
                          if status != pynvml.NVML_ERROR_NOT_SUPPORTED)
             if len(kept) < len(self._request.metrics):
                 self._request = _Request(kept)
-        return [Reading(metric.name, value * metric.scale, metric.labels)
-                for metric, status, value in answers if status == pynvml.NVML_SUCCESS]
+        success = pynvml.NVML_SUCCESS
+        readings, rates = [], {}
+        for metric, status, value in answers:
+            if status == success:
+                readings.append(Reading(metric.name, value * metric.scale, metric.labels))
+                if metric.link is not None and value >= 0:  # a negative one is dropped later
+                    link_type, link, direction = metric.link
+                    rates.setdefault((link_type, link), {})[direction] = value * metric.scale
+        self.link_rates = rates
+        return readings

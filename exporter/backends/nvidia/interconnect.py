@@ -1,13 +1,15 @@
 """NVLink and PCIe links of an NVIDIA GPU: what they connect to, and their counters.
 
-What a link connects to is read once, when the device is discovered. Each
-cycle then reads the device's link counters in one `nvmlDeviceGetFieldValues`
-call (each value carries its own status, so an unsupported counter costs only
+What a link connects to is read once, when the device is discovered. A cycle
+then reads the device's link counters in one `nvmlDeviceGetFieldValues` call
+(each value carries its own status, so an unsupported counter costs only
 itself), plus the current PCIe link generation and width. The byte counters
-are in every cycle's call (link rates and the collective-stall detector need
-them; the 32-bit PCIe counters would also wrap unseen if read less often); the
-NVLink error counters join the call, and the link states are read, on the
-device's slow cadence (cadence.py), and are exported as last read in between.
+are read every cycle, or, where GPM measures every link's rate this cycle,
+only when due (counter_reads.py), and exported as last read in between with
+their age (the collective-stall detector then takes the links' rates from GPM's
+readings: exporter/collective.py). The NVLink error counters join
+the call, and the link states are read, on the device's slow cadence
+(cadence.py), and are exported as last read in between.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ...model import Labels, Link, Reading
 from ..base import read_timed
 from ..calls import text
 from .calls import DeviceCalls
+from .counter_reads import PCIE_LINK, CounterSchedule
+from .gpm import LinkRates
 from .probes import reading
 
 KIB = 1024
@@ -124,6 +128,11 @@ class LinkLayout:
     slow_values: Any = field(default=None, repr=False)
     # NVLink index -> its slow readings (error counters, state) as last read
     slow_readings: dict[int, tuple[Reading, ...]] = field(default_factory=dict)
+    schedule: CounterSchedule = field(default_factory=CounterSchedule)
+    # the byte counters as last read, by link slot (NVLinks in order, then PCIe), and when
+    byte_readings: tuple[tuple[Reading, ...], ...] = ()
+    bytes_read_at: float | None = None
+    link_keys: tuple[tuple[str, int], ...] = ()  # the links as GPM's rates name them
     _facts: dict[int, tuple[str, dict[str, str]]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -135,6 +144,7 @@ class LinkLayout:
         for field_id, metric, labels, scale in _PCIE_FIELDS:
             every.append(((field_id, 0), (len(self.nvlinks), metric, labels, scale)))
         self.meanings = [meaning for _, meaning in (*every, *slow)]
+        self.link_keys = (*((NVLINK, link.index) for link in self.nvlinks), PCIE_LINK)
         self.cycle_values = _request_array([request for request, _ in every])
         self.slow_values = _request_array([request for request, _ in (*every, *slow)])
 
@@ -243,13 +253,14 @@ def _field_number(value_type: int, raw: int) -> float:
 
 
 def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
-              slow: bool) -> list[list[Reading]]:
-    """The counters read, by link slot (the NVLinks in order, then the PCIe link)."""
-    by_link: list[list[Reading]] = [[] for _ in range(len(layout.nvlinks) + 1)]
+              slow: bool) -> list[list[Reading]] | None:
+    """The counters read, by link slot (the NVLinks in order, then the PCIe link); None when
+    the call failed."""
     values = calls.call(nvmlDeviceGetFieldValues, handle,
                         layout.slow_values if slow else layout.cycle_values, every_cycle=True)
     if values is None:
-        return by_link
+        return None
+    by_link: list[list[Reading]] = [[] for _ in range(len(layout.nvlinks) + 1)]
     success, unsigned_int = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
     unsigned_long_long = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
     for position, ((value_type, status, raw), (slot, metric, labels, scale)) in (
@@ -285,25 +296,49 @@ def _pcie_current(calls: DeviceCalls, handle: Any) -> Iterator[Reading]:
         yield reading(m.PCIE_WIDTH, width, state=m.PCIE_CURRENT)
 
 
-def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout,
-               slow: bool = True) -> tuple[tuple[Link, ...], tuple[Reading, ...]]:
+def _read_counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool,
+                   now: float) -> tuple[tuple[tuple[Reading, ...], ...], float | None]:
+    """Reads the counters into `layout` (the slow link values too, with `slow`): the byte
+    counters by link slot and when they were read (none, and None, where the call failed)."""
+    counters, read_at = read_timed(partial(_counters, calls, handle, layout, slow))
+    if counters is None:  # the byte counters are absent this cycle; link states still read
+        layout.schedule.failed()
+        counters, read_at = [[] for _ in range(len(layout.nvlinks) + 1)], None
+    if slow:
+        for nvlink, readings in zip(layout.nvlinks, counters, strict=False):
+            layout.slow_readings[nvlink.index] = _slow_link_readings(calls, handle, nvlink,
+                                                                     readings)
+        counters = [[r for r in readings if r.metric == m.LINK_IO] for readings in counters]
+    found = tuple(tuple(readings) for readings in counters)
+    if read_at is not None:
+        layout.byte_readings, layout.bytes_read_at = found, read_at
+        layout.schedule.done(now)
+    return found, read_at
+
+
+def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool = True,
+               measured: LinkRates | None = None,
+               now: float = 0.0) -> tuple[tuple[Link, ...], tuple[Reading, ...]]:
     """This cycle's links (NVLinks, then the PCIe host link) and the device's PCIe readings.
 
     With `slow`, the slow-cadence link values are read too and kept in `layout`
-    (`slow_readings`); without it the ones last read are exported again.
+    (`slow_readings`); without it the ones last read are exported again. With
+    `measured`, the link rates GPM measured this cycle, the byte counters are read
+    only when due (counter_reads.py; `now` is the backend's clock), else exported
+    as last read, with their age.
     """
-    counters, read_at = read_timed(partial(_counters, calls, handle, layout, slow))
+    if layout.schedule.due(now, measured, layout.link_keys) or slow:
+        byte_readings, read_at = _read_counters(calls, handle, layout, slow, now)
+    else:
+        byte_readings, read_at = layout.byte_readings, layout.bytes_read_at
     links = []
     slow_readings = layout.slow_readings
-    for nvlink, readings in zip(layout.nvlinks, counters, strict=False):
+    for nvlink, readings in zip(layout.nvlinks, byte_readings, strict=False):
         index = nvlink.index
-        if slow:
-            slow_readings[index] = _slow_link_readings(calls, handle, nvlink, readings)
-            readings = [r for r in readings if r.metric == m.LINK_IO]
-        readings.extend(slow_readings.get(index, ()))
-        links.append(Link(NVLINK, index, tuple(readings), layout.facts_of(nvlink),
-                          counters_at=read_at))
-    if counters[-1]:
-        links.append(Link(PCIE, 0, tuple(counters[-1]), _HOST_FACTS,
-                          counters_at=read_at))
-    return tuple(links), (*_pcie_current(calls, handle), *layout.pcie_max)
+        links.append(Link(NVLINK, index, readings + slow_readings.get(index, ()),
+                          layout.facts_of(nvlink), counters_at=read_at))
+    if byte_readings[-1]:
+        links.append(Link(PCIE, 0, byte_readings[-1], _HOST_FACTS, counters_at=read_at))
+    age = layout.schedule.age(now)
+    return tuple(links), (*_pcie_current(calls, handle), *layout.pcie_max,
+                          *(() if age is None else (age,)))

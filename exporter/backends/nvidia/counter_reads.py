@@ -1,0 +1,72 @@
+"""When an NVIDIA GPU's link byte counters are read: every cycle, or when due where GPM measures.
+
+The per-cycle link rates (the collective-stall detector's input, the snapshot's
+`rates`) need either two readings of the byte counters or a measurement of the
+rates themselves. A GPU with GPM measures each NVLink's and its PCIe link's
+throughput every cycle (gpm.py); there the field-value call that reads the byte
+counters (about 0.4 ms of a real H200's driver CPU) is made only when due:
+
+- at the device's slow-cadence point (cadence.py), so the counters are at most
+  one slow interval old; their age is exported
+  (`ray.accelerator.device.link_counters.age`);
+- whenever GPM did not measure every link this cycle (the first cycle, GPM
+  failing or suspended, a link it does not report): the counters are then
+  what the rates come from;
+- while PCIe moves enough that its 32-bit byte counters (fields 197/198, which
+  wrap) could wrap twice before the next read: the counters are read once the
+  PCIe bytes GPM measured since the last read, plus one more cycle at the
+  current rate, reach `WRAP_GUARD_BYTES`, half the counters' range. Counting at
+  most one wrap between reads (interconnect.py's `CounterUnwrapper`) then holds
+  unless GPM undercounts PCIe traffic by half.
+
+A counter read less often is still the driver's count at its read, exported as
+such (and kept by a device that goes down, as every counter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from ... import catalog as m
+from ...model import Reading
+from .gpm import LinkRates
+
+WRAP_GUARD_BYTES = float(2**31)
+PCIE_LINK = (m.LINK_PCIE, 0)
+
+
+@dataclass
+class CounterSchedule:
+    """One GPU's link-counter reads: when the last was, and GPM's PCIe bytes since."""
+
+    read_at: float | None = None  # the backend's clock at the last read
+    _seen_at: float | None = None  # the backend's clock at the last cycle
+    _pcie_bytes: float = 0.0  # PCIe bytes GPM measured since the last read (busier direction)
+
+    def due(self, now: float, measured: LinkRates | None,
+            links: Collection[tuple[str, int]]) -> bool:
+        """Whether this cycle (at `now`) reads the counters of `links`, given the rates GPM
+        measured this cycle (`measured`; None: none). Call once per cycle."""
+        elapsed = 0.0 if self._seen_at is None else max(now - self._seen_at, 0.0)
+        self._seen_at = now
+        if (measured is None or self.read_at is None
+                or any(len(measured.get(link, ())) < 2 for link in links)):
+            return True  # a link (or one direction of it) GPM did not measure this cycle
+        busier = max(measured[PCIE_LINK].values())
+        self._pcie_bytes += busier * elapsed
+        return self._pcie_bytes + busier * elapsed >= WRAP_GUARD_BYTES
+
+    def done(self, now: float) -> None:
+        """The counters were read at `now`."""
+        self.read_at, self._pcie_bytes = now, 0.0
+
+    def failed(self) -> None:
+        """The read failed: no counters to age, and the next cycle reads again."""
+        self.read_at, self._pcie_bytes = None, 0.0
+
+    def age(self, now: float) -> Reading | None:
+        """How old the counters are at `now`, as a reading; None before the first read."""
+        if self.read_at is None:
+            return None
+        return Reading(m.LINK_COUNTERS_AGE, max(now - self.read_at, 0.0))
