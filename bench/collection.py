@@ -13,6 +13,7 @@ import time
 from importlib.metadata import version
 
 import pynvml
+from cycle_profile import driver_time_lines, python_by_source, python_lines, simulated_costs
 from gpm_cost import driver_share_lines, gpm_lines, without_driver_cost, without_gpm
 from measure import PROFILED_CYCLES, REPEATS, measure, ray_version, spread, target_line
 from nvml_calls import NvmlCallLog
@@ -38,8 +39,9 @@ def our_values(samples: list[DeviceSample]) -> int:
                + sum(len(link.readings) for link in s.links) for s in samples)
 
 
-def collection(results: dict, rounds: int = 50) -> None:
-    """Per-cycle CPU and wall time of our backend and Ray's provider on the same node."""
+def collection(results: dict, rounds: int = 50, profile: bool = False) -> None:
+    """Per-cycle CPU and wall time of our backend and Ray's provider on the same node; with
+    `profile`, where our cycle's Python goes too (cycle_profile.py)."""
     from ray._private.thirdparty.pynvml import pynvml as ray_pynvml
     from ray.dashboard.modules.reporter.gpu_providers import GpuMetricProvider
 
@@ -58,6 +60,7 @@ def collection(results: dict, rounds: int = 50) -> None:
     with NvmlCallLog(pynvml) as our_log:
         for _ in range(PROFILED_CYCLES):
             samples = ours()
+    by_source = python_by_source(ours) if profile else []
     backend.close()
     # Ray's reporter reads NVML from its own process: measured with ours closed, so that
     # its nvmlInit per poll pays what it pays there.
@@ -76,16 +79,17 @@ def collection(results: dict, rounds: int = 50) -> None:
         "our_calls": our_log.calls / PROFILED_CYCLES, "ray_calls": ray_log.calls / PROFILED_CYCLES,
         "our_call_costs": our_log.table(), "ray_call_costs": ray_log.table(),
         "our_values": our_values(samples), "ray_values": ray_values(infos),
+        "profiled_cycles": PROFILED_CYCLES, "python_by_source": by_source,
         "ratio": statistics.median(ours_cpu) / statistics.median(ray_cpu),
     }
 
 
-def collection_on(scenario: dict, hardware: SimulatedHardware) -> dict:
+def collection_on(scenario: dict, hardware: SimulatedHardware, profile: bool = False) -> dict:
     """The collection comparison on another scenario; `hardware` is active again after it."""
     with SimulatedHardware.start(scenario) as other:
         other.activate()
         measured: dict = {}
-        collection(measured)
+        collection(measured, profile=profile)
     hardware.activate()
     return measured["collection"]
 
@@ -94,7 +98,8 @@ def collection_without_gpm(results: dict, hardware: SimulatedHardware) -> None:
     """The collection comparison again with GPM off on every GPU: what GPM adds to a cycle;
     and without the simulated driver time: what of the cycle is ours."""
     results["collection_without_gpm"] = collection_on(without_gpm(), hardware)
-    results["collection_without_driver_cost"] = collection_on(without_driver_cost(), hardware)
+    results["collection_without_driver_cost"] = collection_on(without_driver_cost(), hardware,
+                                                              profile=True)
 
 
 class SteppedClock:
@@ -152,6 +157,10 @@ def collection_section(results: dict, note: str = "") -> list[str]:
         *gpm_lines(c, results["collection_without_gpm"]),
         "",
         *driver_share_lines(c, results["collection_without_driver_cost"]),
+        "",
+        *driver_time_lines(c, simulated_costs()),
+        "",
+        *python_lines(results["collection_without_driver_cost"]["python_by_source"]),
         "",
         *call_costs_section(c),
         "",

@@ -10,7 +10,9 @@ from importlib.metadata import version
 REPEATS = 7
 
 
-PROFILED_CYCLES = 10  # cycles whose NVML calls are counted and timed one by one
+# Cycles whose NVML calls are counted and timed one by one: two of the rare cadence's 20 s
+# intervals at 1 s, so that the energy reads of every GPU are counted.
+PROFILED_CYCLES = 40
 
 
 def cpu_seconds() -> float:

@@ -15,11 +15,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 def _collection(ours_s: float, ratio: float) -> dict:
     costs = [{"function": "nvmlGpmSampleGet", "calls": 80, "total_us": 400.0,
-              "per_call_us": 5.0}]
+              "per_call_us": 5.0},
+             {"function": "nvmlDeviceGetTotalEnergyConsumption", "calls": 16,
+              "total_us": 80_000.0, "per_call_us": 5000.0}]
     return {"rounds": 50, "devices": 8, "ours": [ours_s] * 7, "ray": [ours_s / ratio] * 7,
             "ours_wall": [ours_s] * 7, "ray_wall": [ours_s / ratio] * 7, "our_calls": 170.0,
             "ray_calls": 105.0, "our_call_costs": costs, "ray_call_costs": costs,
-            "our_values": 1100, "ray_values": 47, "ratio": ratio}
+            "our_values": 1100, "ray_values": 47, "ratio": ratio, "profiled_cycles": 40,
+            "python_by_source": [("exporter/backends/nvidia/gpm.py", 0.25)]}
 
 
 REPORT = """# Benchmarks
@@ -56,6 +59,9 @@ def test_a_rerun_replaces_section_1_and_its_target_lines_only(run):
     assert "12.4 ms" not in rewritten and "0.17 here" not in rewritten
     assert "| CPU per cycle (8 GPUs) | 11 ms (11-11) |" in rewritten
     assert "Rerun on its own." in rewritten
+    # the driver time by function: 16 energy calls in 40 cycles, 5 ms each in hgx-h200's rules
+    assert "| `nvmlDeviceGetTotalEnergyConsumption` | 0.4 | 5 ms | 2 ms |" in rewritten
+    assert "| `exporter/backends/nvidia/gpm.py` | 25% |" in rewritten
     assert "## 2. Scrape cost\n\nthe scrape figures" in rewritten  # the rest as it was
     assert "- met: 10k-series scrape under 50 ms: 35 ms uncached." in rewritten
     targets = rewritten.split("## Against the targets")[1].split("## Reproduce")[0]
