@@ -3,7 +3,8 @@
 `start(hardware)` serves a scenario's ``tpu`` section (see tpu_scenario.py):
 
 - a real gRPC server on 127.0.0.1 speaking ``tpu.monitoring.runtime.RuntimeMetricService``
-  (the descriptors of `backends.tpu.proto`), with local credentials as libtpu;
+  (the descriptors of `backends.tpu.proto`), with local credentials as libtpu; a
+  `delays` rule makes it answer a metric late (a hung libtpu), an `errors` rule fail;
 - optionally an HTTP endpoint with the device plugin's Prometheus metrics;
 - a folder standing for ``/dev`` (``vfio/<group>`` or ``accel<N>`` files) and one
   for ``/sys`` (the chips' PCI devices, IOMMU groups or accel class links).
@@ -33,6 +34,7 @@ from ..backends.tpu import proto
 from ..backends.tpu.chips import DEV_DIR_ENV, GOOGLE_PCI_VENDOR, SYSFS_DIR_ENV, find_chips
 from ..backends.tpu.device_plugin import ADDRESS_ENV
 from ..backends.tpu.runtime import PORTS_ENV
+from .delays import pass_delay
 from .saved import SavedScenario, scenario_time
 from .signals import counter_at, value_at
 from .tpu_scenario import WILDCARD
@@ -128,17 +130,23 @@ def runtime_metrics(section: Mapping[str, Any], name: str, t: float) -> list[Any
     return None
 
 
+def _matching(rules: Any, name: str, t: float) -> Mapping[str, Any] | None:
+    """The first rule for metric `name` (or every metric) whose window holds t."""
+    for rule in rules or ():
+        until = rule.get("until_s")
+        if (rule["metric"] in (name, WILDCARD) and rule["from_s"] <= t
+                and (until is None or t < until)):
+            return rule
+    return None
+
+
 def _failure(section: Mapping[str, Any], name: str, t: float) -> grpc.StatusCode | None:
     if not section.get("runtime_service", True):
         return grpc.StatusCode.UNAVAILABLE
     if name in section.get("unsupported_metrics", ()):
         return grpc.StatusCode.NOT_FOUND
-    for rule in section.get("errors", ()):
-        until = rule.get("until_s")
-        if (rule["metric"] in (name, WILDCARD) and rule["from_s"] <= t
-                and (until is None or t < until)):
-            return grpc.StatusCode[rule["status"]]
-    return None
+    rule = _matching(section.get("errors"), name, t)
+    return None if rule is None else grpc.StatusCode[rule["status"]]
 
 
 class _Service:
@@ -152,6 +160,10 @@ class _Service:
         section, t = self._scenario.current()
         name = request.metric_name
         self.asked[name] += 1
+        delay = _matching(section.get("delays"), name, t)
+        if delay is not None:
+            pass_delay(delay)  # a hung libtpu: the caller's deadline may pass meanwhile
+            section, t = self._scenario.current()
         failure = _failure(section, name, t)
         if failure is not None:
             context.abort(failure, f"simulated {failure.name} for {name}")

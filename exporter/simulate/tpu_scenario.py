@@ -14,6 +14,7 @@ from typing import Any
 
 from . import checks
 from .checks import ScenarioError
+from .nvml_vocabulary import MAX_DELAY_S
 
 MAX_CHIPS = 64
 DEVICE_FILES = ("vfio", "accel")
@@ -44,6 +45,15 @@ def _check_latency(value: Any, path: str) -> None:
     checks.signal_check(1, 1e12)(latency["latency_us"], f"{path}.latency_us")
 
 
+def _window(rule: Mapping[str, Any], path: str) -> tuple[float, float | None]:
+    """A rule's `from_s` (default 0) and `until_s` (default None: for good)."""
+    start = checks.number(rule.get("from_s", 0), f"{path}.from_s", lo=0)
+    until = rule.get("until_s")
+    if until is not None and checks.number(until, f"{path}.until_s", lo=0) <= start:
+        raise checks.fail(f"{path}.until_s", "must be after from_s")
+    return start, until
+
+
 def _rule(value: Any, path: str) -> dict[str, Any]:
     rule = checks.mapping(value, path)
     checks.keys(rule, path, ("metric", "status", "from_s", "until_s"),
@@ -52,12 +62,21 @@ def _rule(value: Any, path: str) -> dict[str, Any]:
     if rule["status"] not in STATUSES:
         raise checks.fail(f"{path}.status", f"expected one of {', '.join(STATUSES)}, "
                                             f"got {rule['status']!r}")
-    start = checks.number(rule.get("from_s", 0), f"{path}.from_s", lo=0)
-    until = rule.get("until_s")
-    if until is not None and checks.number(until, f"{path}.until_s", lo=0) <= start:
-        raise checks.fail(f"{path}.until_s", "must be after from_s")
+    start, until = _window(rule, path)
     return {"metric": rule["metric"], "status": rule["status"], "from_s": start,
             "until_s": until}
+
+
+def _delay(value: Any, path: str) -> dict[str, Any]:
+    """A `delays` rule: the runtime answers the metric `seconds` late (a libtpu that hangs:
+    past the caller's deadline)."""
+    rule = checks.mapping(value, path)
+    checks.keys(rule, path, ("metric", "seconds", "from_s", "until_s"),
+                required=("metric", "seconds"))
+    checks.string(rule["metric"], f"{path}.metric", 200)
+    seconds = checks.number(rule["seconds"], f"{path}.seconds", lo=0, hi=MAX_DELAY_S)
+    start, until = _window(rule, path)
+    return {"metric": rule["metric"], "seconds": seconds, "from_s": start, "until_s": until}
 
 
 def _chips(section: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
@@ -84,8 +103,8 @@ def _chips(section: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
 
 _TOP_KEYS = ("accelerator_type", "slice_name", "worker_id", "topology", "device_files",
              "pci_device_id", "runtime_service", "device_plugin", "device_plugin_model",
-             "accelerator_id", "unsupported_metrics", "errors", "chip_defaults", "chips",
-             "latencies")
+             "accelerator_id", "unsupported_metrics", "errors", "delays", "chip_defaults",
+             "chips", "latencies")
 
 
 def normalize_section(value: Any, path: str) -> dict[str, Any]:
@@ -129,6 +148,8 @@ def normalize_section(value: Any, path: str) -> dict[str, Any]:
                                   for i, name in enumerate(unsupported)]
     rules = checks.sequence(section.get("errors", []), f"{path}.errors")
     out["errors"] = [_rule(rule, f"{path}.errors[{i}]") for i, rule in enumerate(rules)]
+    delays = checks.sequence(section.get("delays", []), f"{path}.delays")
+    out["delays"] = [_delay(rule, f"{path}.delays[{i}]") for i, rule in enumerate(delays)]
     out["chips"] = _chips(section, path)
     latencies = checks.mapping(section.get("latencies") or {}, f"{path}.latencies")
     checks.keys(latencies, f"{path}.latencies", LATENCY_KEYS)
