@@ -5,8 +5,9 @@
 - the Python fakes play a `busy` delay on the calling thread's CPU (a plain delay
   sleeps), only for the device the rule names;
 - the Gaudi section's `delays` rules are checked like the others' (bad input names the key);
-- TPU runtime failures become `unsupported_metrics` and `errors`; neuron-monitor groups
-  missing or failing in every report become `faults`, one that came and went does not.
+- TPU runtime failures become `unsupported_metrics` and `errors`, a call past its
+  deadline a `delays` rule (the fake answers it late); neuron-monitor groups missing or
+  failing in every report become `faults`, one that came and went does not.
 """
 
 from __future__ import annotations
@@ -184,6 +185,9 @@ def test_neuron_group_that_came_and_went_is_no_fault() -> None:
     ("neuron", lambda s: s["faults"]["group_errors"].update(memory_used=3),
      "neuron.faults.group_errors.memory_used"),
     ("gaudi", lambda s: s["delays"][0].update(seconds=-1), "gaudi.delays[0].seconds"),
+    ("tpu", lambda s: s.update(delays=[{"metric": "*", "seconds": "late"}]),
+     "tpu.delays[0].seconds"),
+    ("tpu", lambda s: s.update(delays=[{"seconds": 3}]), "tpu.delays[0]"),
 ])
 def test_tampered_recorded_failures_are_refused_naming_the_key(section: str, tamper, key: str
                                                                 ) -> None:
@@ -213,3 +217,36 @@ def test_tpu_chip_model_recorded_as_its_pci_device_id() -> None:
                           "tpu": {**keys, "chips": chips}})["tpu"]["pci_device_id"] == "0x005e"
     unknown = Device("google", "0", "TPU-z", "TPU", "0000:00:05.0")
     assert "pci_device_id" not in tpu.host_keys([unknown], [_series([0.0], {})], {}, {}, 1.0)
+
+
+def test_tpu_delay_makes_the_backend_call_time_out_for_that_metric_only() -> None:
+    from ray_accel.exporter.backends.tpu import proto
+
+    doc = load_scenario("tpu-v5e-8")
+    doc["tpu"]["delays"] = [{"metric": proto.HBM_USAGE, "seconds": 1.0}]
+    with SimulatedHardware.start(doc) as hardware:
+        port = int(hardware.environ()[runtime.PORTS_ENV])
+        calls = runtime.RuntimeCalls([port], ErrorTally(), timeout_s=0.3)
+        try:
+            assert calls.metric(proto.HBM_USAGE) is None
+            assert calls.cycle_errors == {f"GetRuntimeMetric[{proto.HBM_USAGE}]":
+                                          "deadline_exceeded"}
+            assert len(calls.metric(proto.HBM_TOTAL) or ()) == 8
+        finally:
+            calls.close()
+
+
+def test_tpu_call_past_its_deadline_recorded_as_a_late_answer() -> None:
+    assert tpu.LATE_ANSWER_S > runtime.CALL_TIMEOUT_S
+    usage = "tpu.runtime.hbm.memory.usage.bytes"
+    late = {f"GetRuntimeMetric[{usage}]": "deadline_exceeded"}
+    # cycles three seconds apart while the call waited out its deadline: one run
+    errors = {0.0: {}, 1.0: dict(late), 4.0: dict(late), 7.0: dict(late), 8.0: {}}
+    chip = Device("google", "0", "TPU-x", "TPU v5 lite", "0000:00:04.0")
+    series = _series([0.0, 1.0, 4.0, 7.0, 8.0], {t: e for t, e in errors.items() if e})
+    keys = tpu.host_keys([chip], [series], {}, {}, 1.0)
+    assert "errors" not in keys
+    assert keys["delays"] == [{"metric": usage, "seconds": tpu.LATE_ANSWER_S, "from_s": 0.5,
+                               "until_s": 7.5}]
+    section = {**keys, "chips": [{"pci_bus_id": chip.pci_bus_id, "hbm_total_bytes": 2**34}]}
+    assert load_scenario({"name": "t", "devices": [], "tpu": section})["tpu"]["delays"]

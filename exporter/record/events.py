@@ -27,15 +27,20 @@ def failure_windows(series: DeviceSeries, interval_s: float,
                     ) -> list[tuple[str, str, float, float]]:
     """(name, kind, from_s, until_s) of each run of cycles in which a call (named with its
     key, as in a sample's `errors`; `name` maps it to what a rule names) failed with a
-    kind that `recorded(call, kind)` accepts; a window reaches half an interval either
-    side of its run."""
+    kind that `recorded(call, kind)` accepts (a run: samples in a row, or within one and a
+    half intervals, where cycles came late because the calls did); a window reaches half
+    an interval either side of its run."""
+    sampled = {*series.up_times, *series.down_times, *series.stale_times,
+               *(t for t, _ in series.errors)}
+    order = {t: i for i, t in enumerate(sorted(sampled))}  # each sample's place in turn
     windows: dict[tuple[str, str], list[list[float]]] = {}
     for t, errors in series.errors:
         for call, kind in errors.items():
             if not recorded(call, kind):
                 continue
             runs = windows.setdefault((name(call), kind), [])
-            if runs and t - runs[-1][1] <= 1.5 * interval_s:
+            if runs and (t - runs[-1][1] <= 1.5 * interval_s
+                         or order[t] == order[runs[-1][1]] + 1):
                 runs[-1][1] = t
             else:
                 runs.append([t, t])

@@ -11,7 +11,8 @@ read, and percentiles do not depend on them, so each distribution counts one
 observation a second. A metric libtpu did not serve (NOT_FOUND, UNIMPLEMENTED,
 INVALID_ARGUMENT) is in `unsupported_metrics`; one that failed otherwise for a
 run of cycles, and the service not answering at all (UNAVAILABLE), are
-`errors` rules over that window. Processes (whoever holds a chip's device
+`errors` rules over that window; one that ran past the backend's deadline a
+`delays` rule (libtpu answering late). Processes (whoever holds a chip's device
 file) are not part of the section.
 """
 
@@ -64,6 +65,11 @@ PCI_DEVICE_IDS = {model: device_id for device_id, (_, model) in _GENERATIONS.ite
 # the failure kinds of a metric this libtpu does not serve (backends/tpu/runtime.py)
 UNSERVED = frozenset({"not_found", "unimplemented", "invalid_argument"})
 ALL_METRICS = "*"  # an error rule's metric for every metric: the service itself failed
+TIMED_OUT = "deadline_exceeded"  # the backend's deadline passed before libtpu answered
+# how late a replayed hung call answers: past the backend's 2 s deadline (runtime.py's
+# CALL_TIMEOUT_S), so that it times out as on the node, and soon enough to leave the fake's
+# server threads free
+LATE_ANSWER_S = 3.0
 
 
 def chip_scenario(device: Device, series: DeviceSeries, link_facts: LinkFacts,
@@ -119,8 +125,10 @@ def _status(kind: str) -> str:
 
 
 def _failures(series: DeviceSeries, interval_s: float) -> dict[str, Any]:
-    """`unsupported_metrics` and `errors` from the runtime calls' errors (every chip's
-    samples carry the same: one call answers for all)."""
+    """`unsupported_metrics`, `errors` and `delays` from the runtime calls' errors (every
+    chip's samples carry the same: one call answers for all). A call that ran past the
+    backend's deadline is a libtpu that did not answer in time: a delay, so that the
+    replay's call waits out its deadline too."""
     unserved = sorted({_metric_of(call) for _, errors in series.errors
                        for call, kind in errors.items()
                        if call.startswith(f"{FUNCTION}[") and kind in UNSERVED})
@@ -130,9 +138,14 @@ def _failures(series: DeviceSeries, interval_s: float) -> dict[str, Any]:
     keys: dict[str, Any] = {}
     if unserved:
         keys["unsupported_metrics"] = unserved
-    if windows:
-        keys["errors"] = [{"metric": metric, "status": _status(kind), "from_s": start,
-                           "until_s": until} for metric, kind, start, until in windows]
+    errors = [{"metric": metric, "status": _status(kind), "from_s": start, "until_s": until}
+              for metric, kind, start, until in windows if kind != TIMED_OUT]
+    delays = [{"metric": metric, "seconds": LATE_ANSWER_S, "from_s": start, "until_s": until}
+              for metric, kind, start, until in windows if kind == TIMED_OUT]
+    if errors:
+        keys["errors"] = errors
+    if delays:
+        keys["delays"] = delays
     return keys
 
 
