@@ -116,12 +116,15 @@ class _Request:
         for slot, metric in enumerate(metrics):
             self.struct.metrics[slot].metricId = metric.metric_id
         self._layout = struct.Struct("=" + _METRIC_ANSWER * len(metrics))
+        # (slot, link, direction, scale) of each link rate asked for
+        self.link_slots = tuple((slot, metric.link[:2], metric.link[2], metric.scale)
+                                for slot, metric in enumerate(metrics) if metric.link)
 
-    def answers(self) -> Iterator[tuple[GpmMetric, int, float]]:
-        """Each asked metric with NVML's status and value for it, read in one copy."""
+    def statuses_and_values(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """NVML's status and value for each asked metric, in order, read in one copy."""
         fields = self._layout.unpack(ctypes.string_at(ctypes.addressof(self.struct.metrics),
                                                       self._layout.size))
-        return zip(self.metrics, fields[1::3], fields[2::3], strict=True)
+        return fields[1::3], fields[2::3]
 
 
 @dataclass
@@ -149,40 +152,45 @@ class GpmActivity:
         self.link_rates: LinkRates | None = None
 
     def read(self, nvml: DeviceCalls, handle: Any,
-             utilization: float | None = None) -> Iterator[Reading]:
+             utilization: float | None = None) -> list[Reading]:
         """This cycle's GPM readings of the device `handle` names (none on the first cycle).
 
         With the device's NVML `utilization` (0-1) of this cycle, the readings end with
         the spinning verdict (exporter/activity.py) once the window can tell.
         """
         self.link_rates = None
+        if not self._measured(nvml, handle):
+            return []
+        readings = self._readings()
+        view = replace(view_of(readings), utilization=utilization)
+        spinning = self._spinning.update(view, self._clock())
+        if spinning is not None:
+            readings.append(Reading(m.DEVICE_SPINNING, 1.0 if spinning else 0.0))
+        return readings
+
+    def _measured(self, nvml: DeviceCalls, handle: Any) -> bool:
+        """Takes this cycle's sample; whether the metrics since the last one were answered."""
         if not self._ready(nvml, handle) or not self._request.metrics:
-            return  # no GPM, or none of the metrics asked for: nothing to sample for
+            return False  # no GPM, or none of the metrics asked for: nothing to sample for
         if self._clock() < self._suspended_until:
             nvml.cycle_errors[GPM_UNSUPPORTED] = "suspended: a GPM call was slow"
             self._forget_previous(nvml)  # values resume from a fresh sample, not this far back
-            return
+            return False
         if self._spare is None:
             self._spare = nvml.call(pynvml.nvmlGpmSampleAlloc, every_cycle=True)
             if self._spare is None:
-                return
+                return False
         if not self._timed(lambda: self._take(nvml, self._spare)):
-            return
+            return False
         if self._previous is None:  # first sample: nothing to measure against yet
             self._previous, self._spare = self._spare, None
-            return
+            return False
         request = self._request.struct
         request.sample1, request.sample2 = self._previous, self._spare
         answered = self._timed(lambda: nvml.call(pynvml.nvmlGpmMetricsGet, request,
                                                  every_cycle=True))
         self._previous, self._spare = self._spare, self._previous
-        if answered:
-            readings = self._readings()
-            yield from readings
-            view = replace(view_of(readings), utilization=utilization)
-            spinning = self._spinning.update(view, self._clock())
-            if spinning is not None:
-                yield Reading(m.DEVICE_SPINNING, 1.0 if spinning else 0.0)
+        return bool(answered)
 
     def _ready(self, nvml: DeviceCalls, handle: Any) -> bool:
         """Whether GPM can be asked for this device; works out its sample source once."""
@@ -239,22 +247,24 @@ class GpmActivity:
         return answer
 
     def _readings(self) -> list[Reading]:
-        answers = list(self._request.answers())
+        request = self._request
+        statuses, values = request.statuses_and_values()
+        success = pynvml.NVML_SUCCESS
+        readings = [Reading(metric.name, value * metric.scale, metric.labels)
+                    for metric, status, value in zip(request.metrics, statuses, values,
+                                                     strict=True) if status == success]
+        rates: LinkRates = {}
+        for slot, link, direction, scale in request.link_slots:
+            value = values[slot]
+            if statuses[slot] == success and value >= 0:  # a negative one is dropped later
+                rates.setdefault(link, {})[direction] = value * scale
+        self.link_rates = rates
         if not self._pruned:
             # What a device does not offer (links it lacks, C2C off Grace) never appears later;
             # any other failure is this cycle's, and the metric is asked again.
             self._pruned = True
-            kept = tuple(metric for metric, status, _ in answers
+            kept = tuple(metric for metric, status in zip(request.metrics, statuses, strict=True)
                          if status != pynvml.NVML_ERROR_NOT_SUPPORTED)
-            if len(kept) < len(self._request.metrics):
+            if len(kept) < len(request.metrics):
                 self._request = _Request(kept)
-        success = pynvml.NVML_SUCCESS
-        readings, rates = [], {}
-        for metric, status, value in answers:
-            if status == success:
-                readings.append(Reading(metric.name, value * metric.scale, metric.labels))
-                if metric.link is not None and value >= 0:  # a negative one is dropped later
-                    link_type, link, direction = metric.link
-                    rates.setdefault((link_type, link), {})[direction] = value * metric.scale
-        self.link_rates = rates
         return readings

@@ -133,6 +133,8 @@ class LinkLayout:
     byte_readings: tuple[tuple[Reading, ...], ...] = ()
     bytes_read_at: float | None = None
     link_keys: tuple[tuple[str, int], ...] = ()  # the links as GPM's rates name them
+    # the links built from the counters as last read, and the peers they were built with
+    built: tuple[tuple[Link, ...], dict[int, str]] | None = field(default=None, repr=False)
     _facts: dict[int, tuple[str, dict[str, str]]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -329,8 +331,19 @@ def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool =
     """
     if layout.schedule.due(now, measured, layout.link_keys) or slow:
         byte_readings, read_at = _read_counters(calls, handle, layout, slow, now)
+        layout.built = None
     else:
         byte_readings, read_at = layout.byte_readings, layout.bytes_read_at
+    if layout.built is None or layout.built[1] != layout.peer_uuids:
+        layout.built = (_links(layout, byte_readings, read_at), dict(layout.peer_uuids))
+    age = layout.schedule.age(now)
+    return layout.built[0], (*_pcie_current(calls, handle), *layout.pcie_max,
+                             *(() if age is None else (age,)))
+
+
+def _links(layout: LinkLayout, byte_readings: tuple[tuple[Reading, ...], ...],
+           read_at: float | None) -> tuple[Link, ...]:
+    """The device's links with these byte counters and the slow link values last read."""
     links = []
     slow_readings = layout.slow_readings
     for nvlink, readings in zip(layout.nvlinks, byte_readings, strict=False):
@@ -339,6 +352,4 @@ def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool =
                           layout.facts_of(nvlink), counters_at=read_at))
     if byte_readings[-1]:
         links.append(Link(PCIE, 0, byte_readings[-1], _HOST_FACTS, counters_at=read_at))
-    age = layout.schedule.age(now)
-    return tuple(links), (*_pcie_current(calls, handle), *layout.pcie_max,
-                          *(() if age is None else (age,)))
+    return tuple(links)
