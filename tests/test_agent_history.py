@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
+import sys
 from collections.abc import Iterator
 
 from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, ProcessSample, Reading
@@ -87,4 +89,25 @@ def test_unchanged_values_pack_smaller_than_changing_ones() -> None:
         for history, readings in ((steady, same), (changing, moving)):
             history.add(NodeSnapshot(cycle, taken_at, 1.0, {}, (), (
                 DeviceSample(device, True, taken_at, readings=readings),)))
-    assert steady.nbytes * 4 < changing.nbytes
+    assert steady.nbytes * 2 < changing.nbytes  # with the same key set counted in both
+
+
+def test_a_new_key_set_reuses_the_keys_it_shares_and_counts_in_the_bytes() -> None:
+    """A process coming and going every cycle costs a new key set, not a copy of every key."""
+    device = GPUS[0]
+    own = tuple(Reading("hw.power", 100.0, (("n", str(i)),)) for i in range(300))
+    history = History()
+    sizes = []
+    for cycle in range(20):
+        taken_at = 1000.0 + cycle
+        process = ProcessSample(2000 + cycle, (Reading("hw.gpu.memory.usage", 2.0**30),))
+        history.add(NodeSnapshot(cycle, taken_at, 1.0, {}, (), (DeviceSample(
+            device, True, taken_at, readings=own, processes=(process,)),)))
+        sizes.append(history.nbytes)
+    frames = history.recording().frames
+    first, last = frames[0].devices[0], frames[-1].devices[0]
+    assert first.keys != last.keys
+    assert all(a is b for a, b in zip(first.keys[:300], last.keys[:300], strict=True))
+    grown = [after - before for before, after in itertools.pairwise(sizes)]
+    one_copy = sum(sys.getsizeof(key) for key in first.keys)
+    assert all(300 * 8 < step < one_copy for step in grown), (grown, one_copy)

@@ -8,6 +8,11 @@ XORed with the same device's values of the frame before when its series are the
 same ones, so an unchanged value becomes eight zero bytes, then compressed with
 zlib. The oldest kept frame is always packed on its own, so dropping it never
 leaves a frame that cannot be unpacked. `recording()` unpacks them.
+
+The series keys of a device are kept once per set (a set changes when a process
+or link comes or goes), the keys a new set shares with the set before it reused,
+and each set counts in the history's bytes while a kept frame uses it: when GPU
+processes come and go every few cycles, the keys, not the values, are most of it.
 """
 
 from __future__ import annotations
@@ -65,15 +70,56 @@ def _xor(data: bytes, base: bytes) -> bytes:
         len(data), "little")
 
 
-def _pack(device: DeviceFrame, before: tuple[tuple, bytes] | None) -> tuple[_PackedDevice, bytes]:
-    """`device` packed against `before` (its keys and raw values of the frame before)."""
+def _pack(device: DeviceFrame, keys: tuple[SeriesKey, ...],
+          before_raw: bytes | None) -> tuple[_PackedDevice, bytes]:
+    """`device` (its series under `keys`, as kept) packed against the raw values of the
+    frame before, when that frame had the same keys (`before_raw` given)."""
     raw = device.values.tobytes()
-    delta = before is not None and before[0] == device.keys
-    data = _xor(raw, before[1]) if delta else raw
-    packed = _PackedDevice(device.uuid, device.taken_at, device.up, device.stale, device.keys,
+    delta = before_raw is not None
+    data = _xor(raw, before_raw) if delta else raw
+    packed = _PackedDevice(device.uuid, device.taken_at, device.up, device.stale, keys,
                            zlib.compress(data, _LEVEL), delta, device.errors,
                            device.counters_at)
     return packed, raw
+
+
+@dataclass
+class _KeySet:
+    keys: tuple[SeriesKey, ...]
+    nbytes: int
+    used_by: int = 0  # device frames kept that use it
+
+
+class _KeySets:
+    """The key sets the kept frames use, each counted once in bytes while it is used."""
+
+    def __init__(self) -> None:
+        self._sets: dict[int, _KeySet] = {}  # by id() of the kept tuple
+
+    def kept_as(self, keys: tuple[SeriesKey, ...],
+                before: tuple[SeriesKey, ...] | None) -> tuple[tuple[SeriesKey, ...], int]:
+        """A new set `keys`, sharing the keys it has in common with `before`; its bytes."""
+        shared = dict(zip(before, before, strict=True)) if before else {}
+        kept = tuple(shared.get(key, key) for key in keys)
+        new = sum(sys.getsizeof(key) for key in keys if key not in shared)
+        return kept, sys.getsizeof(kept) + new
+
+    def use(self, keys: tuple[SeriesKey, ...], nbytes: int) -> int:
+        """Counts one more frame using `keys`; the bytes this adds to the history."""
+        found = self._sets.get(id(keys))
+        if found is None:
+            found = self._sets[id(keys)] = _KeySet(keys, nbytes)
+        found.used_by += 1
+        return found.nbytes if found.used_by == 1 else 0
+
+    def release(self, keys: tuple[SeriesKey, ...]) -> int:
+        """One frame less uses `keys`; the bytes this frees."""
+        found = self._sets[id(keys)]
+        found.used_by -= 1
+        if found.used_by:
+            return 0
+        del self._sets[id(keys)]
+        return found.nbytes
 
 
 def _raw(device: _PackedDevice, before: Mapping[str, bytes]) -> bytes:
@@ -131,8 +177,11 @@ class History:
         self._maker = FrameMaker()
         self._frames: deque[tuple[_PackedFrame, int]] = deque()
         self._bytes = 0
-        # The newest frame's keys and raw values per device, to pack the next one against.
-        self._newest: dict[str, tuple[tuple, bytes]] = {}
+        # Per device of the newest frame: the keys FrameMaker gave, the same keys as kept,
+        # its raw values (the next frame is packed against them).
+        self._newest: dict[str, tuple[tuple, tuple, bytes]] = {}
+        self._key_sets = _KeySets()
+        self._new_key_bytes: dict[int, int] = {}  # key sets made by this add, not used yet
         self._devices: dict[str, Device] = {}
         self._backends: tuple[BackendStatus, ...] = ()
         self._interval_s = 1.0
@@ -144,11 +193,13 @@ class History:
             frame = self._maker.frame(snapshot)
             devices, newest = [], {}
             for device in frame.devices:
-                packed, raw = _pack(device, self._newest.get(device.uuid))
+                keys, before_raw = self._kept_keys(device)
+                packed, raw = _pack(device, keys, before_raw)
                 devices.append(packed)
-                newest[device.uuid] = (device.keys, raw)
+                newest[device.uuid] = (device.keys, keys, raw)
             self._newest = newest
             self._append(_PackedFrame(frame.taken_at, tuple(devices)))
+            self._new_key_bytes.clear()
             for sample in snapshot.devices:
                 self._devices[sample.device.uuid] = sample.device
                 for link in sample.links:
@@ -162,14 +213,28 @@ class History:
                                     or self._frames[0][0].taken_at < oldest):
                 self._drop_oldest()
 
+    def _kept_keys(self, device: DeviceFrame) -> tuple[tuple[SeriesKey, ...], bytes | None]:
+        """The keys to keep `device` under, and the raw values to pack it against (if any)."""
+        newest = self._newest.get(device.uuid)
+        if newest is not None and newest[0] is device.keys:  # FrameMaker's set unchanged
+            return newest[1], newest[2]
+        keys, nbytes = self._key_sets.kept_as(device.keys, newest[1] if newest else None)
+        self._new_key_bytes[id(keys)] = nbytes
+        return keys, None
+
     def _append(self, frame: _PackedFrame) -> None:
         size = frame.nbytes()
         self._frames.append((frame, size))
         self._bytes += size
+        for device in frame.devices:
+            self._bytes += self._key_sets.use(device.keys,
+                                              self._new_key_bytes.get(id(device.keys), 0))
 
     def _drop_oldest(self) -> None:
         dropped, size = self._frames.popleft()
         self._bytes -= size
+        for device in dropped.devices:
+            self._bytes -= self._key_sets.release(device.keys)
         if not self._frames:
             self._newest = {}  # the next frame is packed on its own
             return
@@ -182,7 +247,7 @@ class History:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the kept frames hold, packed."""
+        """Bytes the kept frames hold, packed, with the key sets they use."""
         return self._bytes
 
     def __len__(self) -> int:
