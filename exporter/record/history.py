@@ -31,9 +31,10 @@ from .frames import DeviceFrame, Frame, FrameMaker, SeriesKey
 DEFAULT_MAX_AGE_S = 600.0
 # hgx-h200 at 1 s (1219 series): 9.8 kB of values per frame, packed to about 1 kB (two
 # fifths of them change each cycle), 2.2 kB with the objects that hold them: 0.13 MB per
-# node-minute, 1.3 MB for the 10 minutes kept (tests/test_record_history.py measures
-# it). The cap leaves room for 10 minutes of a node three times that size, and drops the
-# oldest frames beyond (at a 0.05 s interval it holds about 1,900 frames of this node).
+# node-minute, 1.3 MB for the 10 minutes kept, plus 0.1 MB for the series keys
+# (tests/test_record_history.py measures it). The cap leaves room for 10 minutes of a
+# node three times that size, and drops the oldest frames beyond (at a 0.05 s interval,
+# its processes replaced every 50 cycles, it holds about 1,700 frames of this node).
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 _LEVEL = 1  # zlib's fastest: the XOR already did most of the work
 
