@@ -51,10 +51,12 @@ def _source(filename: str) -> str:
     path = Path(filename)
     if path.name == "pynvml.py":
         return "pynvml.py (nvidia-ml-py)"
+    if filename.startswith(("~", "<")):  # cProfile's name for built-in functions
+        return "Python's built-ins"
     try:
         return str(path.resolve().relative_to(ROOT))
     except ValueError:
-        return "Python's library and built-ins" if filename.startswith(("~", "/")) else filename
+        return "Python's library"
 
 
 def python_by_source(cycle: Callable[[], object],
