@@ -23,9 +23,12 @@ DEFAULT_DELAY_S = 0.02
 Outcome = tuple[bool, Any]  # (ok, result or exception)
 
 
-def _run_batch(jobs: list[tuple[Callable[[bytes], Any], bytes]]) -> list[Outcome]:
+def _run_batch(jobs: list[tuple[Callable[[bytes], Any], bytes]],
+               pause: Callable[[], None]) -> list[Outcome]:
     outcomes: list[Outcome] = []
-    for parse, body in jobs:
+    for number, (parse, body) in enumerate(jobs):
+        if number:
+            pause()
         try:
             outcomes.append((True, parse(body)))
         except Exception as error:  # handed to the one caller it belongs to
@@ -36,9 +39,14 @@ def _run_batch(jobs: list[tuple[Callable[[bytes], Any], bytes]]) -> list[Outcome
 class BatchParser:
     """`await parse(fn, body)` runs `fn(body)` in `executor`, batched with others."""
 
-    def __init__(self, executor: Executor, delay_s: float = DEFAULT_DELAY_S) -> None:
+    def __init__(self, executor: Executor, delay_s: float = DEFAULT_DELAY_S,
+                 pause: Callable[[], None] = lambda: None) -> None:
+        """`pause()` is called between two answers of a batch (the collector's pause hands the
+        GIL to the event loop's thread if it waits: a batch of a hundred answers would
+        otherwise hold it for up to the switch interval at each of the loop's turns)."""
         self._executor = executor
         self.delay_s = delay_s
+        self._pause = pause
         self._jobs: list[tuple[Callable[[bytes], Any], bytes]] = []
         self._waiting: list[asyncio.Future[Any]] = []
         self._scheduled = False
@@ -60,7 +68,7 @@ class BatchParser:
         self._jobs, self._waiting, self._scheduled = [], [], False
         self.batches += 1
         try:
-            done = loop.run_in_executor(self._executor, _run_batch, jobs)
+            done = loop.run_in_executor(self._executor, _run_batch, jobs, self._pause)
         except RuntimeError as error:  # the executor is shut down (the collector stops)
             _fail(waiting, error)
             return

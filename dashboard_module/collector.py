@@ -165,7 +165,8 @@ class Collector:
         self._connections: AgentConnections | None = None
         self._refreshing = BackgroundTask("ray-accel-dashboard-refresh", self._loop)
         self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-accel-parse")
-        self._batches = BatchParser(self._parser)  # the rounds' answers, many per hand-over
+        # the rounds' answers, many per hand-over, the event loop let in between two
+        self._batches = BatchParser(self._parser, pause=_let_the_loop_run)
         # The node page's snapshots are parsed beside the rounds, never queued behind them.
         self._detail_parser = ThreadPoolExecutor(max_workers=1,
                                                  thread_name_prefix="ray-accel-detail")

@@ -73,9 +73,11 @@ def test_changed_answers_are_parsed_in_batches_each_with_its_own_outcome():
             raise ValueError(f"bad answer {doc['bad']}")
         return doc
 
+    pauses = []
+
     async def run() -> tuple[list, int]:
         with ThreadPoolExecutor(max_workers=1) as pool:
-            batches = BatchParser(pool, delay_s=0.05)
+            batches = BatchParser(pool, delay_s=0.05, pause=lambda: pauses.append(1))
             bodies = [json.dumps({"n": n} if n % 4 else {"bad": n}).encode() for n in range(12)]
             outcomes = await asyncio.gather(*(batches.parse(parse, b) for b in bodies),
                                             return_exceptions=True)
@@ -83,6 +85,7 @@ def test_changed_answers_are_parsed_in_batches_each_with_its_own_outcome():
 
     outcomes, batches = asyncio.run(run())
     assert batches == 1  # twelve answers arriving together: one hand-over
+    assert len(pauses) == 11  # the event loop let in between each two
     for n, outcome in enumerate(outcomes):
         if n % 4:
             assert outcome == {"n": n}
