@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from array import array
+
+from ray_accel.exporter import catalog as m
 from ray_accel.exporter.record.events import hang_rules
+from ray_accel.exporter.record.frames import DeviceFrame
 from ray_accel.exporter.record.series import DeviceSeries
 
 CALLS = ("amdsmi_get_gpu_activity", "amdsmi_get_gpu_vram_usage")
@@ -28,3 +32,28 @@ def test_a_late_answer_is_not_a_hang() -> None:
     # One stale frame, and the device answered again within half a cycle of its last
     # answer (a busy CPU made its sample late): nothing to replay, and no empty window.
     assert hang_rules(1, _series([0, 1, 2.0, 2.3, 3.3], [2.2]), 1.0, 4.0, CALLS) == []
+
+
+def _frame(taken_at: float, pairs: list[tuple[tuple, float]],
+           counters_at: float | None = None) -> DeviceFrame:
+    keys = tuple(k for k, _ in pairs)
+    return DeviceFrame("GPU-0", taken_at, True, False, keys, array("d", (v for _, v in pairs)),
+                       {}, counters_at)
+
+
+def test_values_read_on_a_cadence_are_placed_once_at_their_read() -> None:
+    pcie = ("l", "pcie", 0, m.LINK_IO, (("direction", "transmit"),))
+    energy = ("d", m.ENERGY, ())
+    power = ("d", m.POWER, ())
+    rare_age = ("d", m.RARE_VALUES_AGE, ())
+    series = DeviceSeries()
+    # link counters read at 0.2 s and exported again until read at 2.2 s; energy read at 0
+    # and at 2 s (its age since)
+    for t, counters_at, age in ((0.0, 0.2, 0.0), (1.0, 0.2, 1.0), (2.0, 2.2, 0.0),
+                                (3.0, 2.2, 1.0)):
+        sent = {0.2: 20.0, 2.2: 220.0}[counters_at]
+        series.add(t, _frame(t, [(pcie, sent), (energy, 10.0 * (t - age)),
+                                 (power, t), (rare_age, age)], counters_at), counters_at)
+    assert series.points[pcie] == [(0.2, 20.0), (2.2, 220.0)]
+    assert series.points[energy] == [(0.0, 0.0), (2.0, 20.0)]
+    assert [t for t, _ in series.points[power]] == [0.0, 1.0, 2.0, 3.0]  # read every cycle

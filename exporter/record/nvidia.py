@@ -22,6 +22,7 @@ from ..backends.nvidia.probes import THROTTLE_REASONS
 from ..backends.nvidia.topology import P2P_STATUS, PCIE_LEVELS
 from ..model import Device, Labels
 from ..simulate.nvml_gpm import GPM_LINK_METRICS, GPM_METRICS
+from .link_counters import filled_in
 from .processes import put_processes
 from .scenario_keys import (
     Row,
@@ -33,7 +34,7 @@ from .scenario_keys import (
     put_last,
     scaled,
 )
-from .series import DeviceSeries, label_map
+from .series import DeviceSeries, Points, label_map
 from .timeline import counter_signal, gauge_signal, midpoints
 from .vendors import VendorRecorder
 
@@ -113,7 +114,7 @@ def device_scenario(device: Device, series: DeviceSeries,
     _throttle(out, series)
     _memory_health(out, series)
     _gpm(out, series, interval_s)
-    _links(out, series, link_facts)
+    _links(out, series, link_facts, interval_s)
     _fabric(out, series)
     if migs:
         out["mig_mode"] = True
@@ -178,8 +179,23 @@ def _gpm(out: dict[str, Any], series: DeviceSeries, interval_s: float) -> None:
         out["gpm"] = gpm
 
 
+# GPM's measure of each link byte counter's rate: (link type, link, direction) -> its metric
+_GPM_RATE_OF = {metric.link: metric for metric in BACKEND_GPM if metric.link is not None}
+
+
+def _counter_reads(series: DeviceSeries, link_type: str, index: int, metric: str,
+                   labels: Labels, interval_s: float, wrap: int | None = None) -> Points:
+    """A link counter's recorded reads; byte counters read only when due (a GPU whose GPM
+    measures the links) filled in between reads from GPM's rates (link_counters.py)."""
+    points = series.points.get(("l", link_type, index, metric, labels)) or []
+    direction = dict(labels).get("direction")
+    gpm = _GPM_RATE_OF.get((link_type, index, direction)) if metric == m.LINK_IO else None
+    rates = series.points.get(("d", gpm.name, gpm.labels)) if gpm is not None else None
+    return filled_in(points, rates, interval_s, wrap) if points and rates else points
+
+
 def _links(out: dict[str, Any], series: DeviceSeries,
-           link_facts: Mapping[tuple[str, int], Mapping[str, str]]) -> None:
+           link_facts: Mapping[tuple[str, int], Mapping[str, str]], interval_s: float) -> None:
     nvlinks = sorted(index for link_type, index in link_facts if link_type == NVLINK)
     if nvlinks:
         out["nvlinks"] = [_nvlink(index, link_facts[(NVLINK, index)], series)
@@ -187,12 +203,14 @@ def _links(out: dict[str, Any], series: DeviceSeries,
     fields: dict[str, Any] = {}
     for field_id, metric, labels, scale in _NVLINK_FIELDS:
         for index in nvlinks:
-            points = series.points.get(("l", NVLINK, index, metric, _label_tuple(labels)))
+            points = _counter_reads(series, NVLINK, index, metric, _label_tuple(labels),
+                                    interval_s)
             if points:
                 fields.setdefault(str(field_id), {})[str(index)] = counter_signal(
                     points, scale=1 / scale)
     for field_id, metric, labels, _ in _PCIE_FIELDS:
-        points = series.points.get(("l", PCIE, 0, metric, _label_tuple(labels)))
+        points = _counter_reads(series, PCIE, 0, metric, _label_tuple(labels), interval_s,
+                                wrap=2**32)
         if points:
             fields[str(field_id)] = {"type": "uint", "value": counter_signal(points, wrap=2**32)}
     if fields:

@@ -37,14 +37,15 @@ class DeviceSeries:
             return
         link_t = t if links_t is None else links_t
         pairs = list(frame.items())
-        slow_age = next((v for k, v in pairs if k == _SLOW_AGE_KEY), None)
+        ages = {cadence: age for k, age in pairs if (cadence := _AGE_OF.get(k))}
         for key, value in pairs:
-            when = link_t if key[0] == "l" else t
-            if slow_age is not None and key[0] != "p" and _read_slowly(key[-2]):
-                when = max(t - slow_age, 0.0)  # the value is from the last slow read
-                points = self.points.get(key)
-                if points and points[-1][0] >= when - 1e-6:
-                    continue  # the same read again, exported between slow reads
+            when = link_t if key[0] == "l" else t  # link byte counters: when they were read
+            age = ages.get(_cadence(key[-2])) if key[0] != "p" and ages else None
+            if age is not None:
+                when = max(t - age, 0.0)  # the value is from the last read on its cadence
+            points = self.points.get(key)
+            if points and points[-1][0] >= when - 1e-6:
+                continue  # the same read again, exported between reads
             self.points.setdefault(key, []).append((when, value))
 
     @property
@@ -78,20 +79,22 @@ class DeviceSeries:
                 yield key, points
 
 
-# A backend that reads some values on a slower cadence than its samples (NVIDIA) gives,
-# with each sample, how much older than it those values are (exporter/catalog.py).
-SLOW_VALUES_AGE = "ray.accelerator.device.slow_values.age"
-_SLOW_AGE_KEY = ("d", SLOW_VALUES_AGE, ())
+# A backend that reads some values on a slower cadence than its samples (NVIDIA: slow, and
+# rare for energy) gives, with each sample, how much older than it those values are
+# (exporter/catalog.py); the series key of each age -> the cadence it is of.
+SLOW_VALUES_AGE = m.SLOW_VALUES_AGE
+_AGE_OF = {("d", m.SLOW_VALUES_AGE, ()): "slow", ("d", m.RARE_VALUES_AGE, ()): "rare"}
 
 
 @cache
-def _read_slowly(metric: str) -> bool:
-    """Whether the catalog marks the metric as read on the slow cadence."""
+def _cadence(metric: str) -> str:
+    """The cadence the catalog marks the metric as read on ("slow", "rare"; "" for each
+    cycle's)."""
     try:
         cadence = getattr(m.spec(metric), "cadence", None)
     except KeyError:
-        return False
-    return getattr(cadence, "value", "") == "slow"
+        return ""
+    return str(getattr(cadence, "value", "") or "")
 
 
 def _labels(labels: dict[str, str]) -> Labels:
