@@ -24,7 +24,6 @@ from ray_accel.dashboard_module.aggregate import NodeState, build_view, heatmap_
 from ray_accel.dashboard_module.collector import AgentTarget, Collector
 from ray_accel.dashboard_module.fleet import node_id
 from ray_accel.dashboard_module.history import History
-from ray_accel.dashboard_module.json_pieces import encode_in_pieces
 from ray_accel.exporter import shared_values
 from ray_accel.exporter.agent_client import CA_FILE_ENV
 from ray_accel.exporter.node_view import SUMMARY_KIND, TAKEN_AT_HEADER, reduce_summary
@@ -290,19 +289,6 @@ def test_summary_devices_are_slotted_records_read_like_the_snapshot_form():
     assert json.loads(json.dumps(whole)) == whole  # the node page's answer form
     assert set(whole) == set(type(device).DEFAULTS) and whole["links"] == []
     assert device == whole
-
-
-def test_a_document_encoded_in_pieces_is_the_same_json():
-    pauses = []
-    document = {"generated_at": 1.5, "devices": {"util": [i / 7 for i in range(10_000)],
-                                                 "flags": list(range(9_000))},
-                "small": [1, None, "x"], "codes": (1, 2), 3: {"nested": [True] * 5000},
-                "text": "é\"\\"}
-    body = encode_in_pieces(document, lambda: pauses.append(1))
-    assert body == json.dumps(document, separators=(",", ":")).encode()
-    assert len(pauses) >= 4  # the long lists were written in pieces
-    with pytest.raises(ValueError):
-        encode_in_pieces({"x": [float("nan")] * 5000}, lambda: None, allow_nan=False)
 
 
 def test_idle_connections_beyond_the_cap_are_closed_oldest_first():
