@@ -60,6 +60,8 @@ MAX_SNAPSHOT_BYTES = 64 * 2**20
 DEFAULT_SPREAD = 0.6
 # An agent without the summary is asked again this many rounds later (upgraded in place).
 SUMMARY_RETRY_ROUNDS = 60
+# A round's fetches start at their offsets to within this.
+START_STEP_S = 0.005
 # The interpreter's switch interval while a view is built (its default is 5 ms).
 BUILD_SWITCH_INTERVAL_S = 0.0005
 
@@ -229,12 +231,7 @@ class Collector:
         self.session()
         self.connections()
         stats = RoundStats()
-        limit = asyncio.Semaphore(self.max_in_flight)
-        window = self.refresh_s * self.spread
-        begun = time.monotonic()
-        await asyncio.gather(*(self._fetch(node, limit, stats,
-                                           begun + start_offset(node.node_id, window))
-                               for node in list(self.nodes.values())))
+        await self._fetch_spread(list(self.nodes.values()), stats)
         nodes = list(self.nodes.values())
         kept = dict(self._parts)
         view = await asyncio.get_running_loop().run_in_executor(
@@ -278,9 +275,31 @@ class Collector:
             else:
                 node.hostname, node.node_ip = target.hostname, target.node_ip
 
-    async def _fetch(self, node: NodeState, limit: asyncio.Semaphore, stats: RoundStats,
-                     not_before: float) -> None:
-        await asyncio.sleep(max(not_before - time.monotonic(), 0.0))
+    async def _fetch_spread(self, nodes: list[NodeState], stats: RoundStats) -> None:
+        """Fetch every node's answer, each started at its offset within the spread window.
+
+        One loop starts them in offset order, sleeping only when the next is more than
+        START_STEP_S away (one timer per step, not one per node: at 10,000 nodes a
+        tenth of the event loop's work was the nodes' own timers)."""
+        limit = asyncio.Semaphore(self.max_in_flight)
+        window = self.refresh_s * self.spread
+        begun = time.monotonic()
+        loop = asyncio.get_running_loop()
+        started: list[asyncio.Task[None]] = []
+        try:
+            for offset, node in sorted(((start_offset(n.node_id, window), n) for n in nodes),
+                                       key=lambda pair: pair[0]):
+                wait = begun + offset - time.monotonic()
+                if wait > START_STEP_S:
+                    await asyncio.sleep(wait)
+                started.append(loop.create_task(self._fetch(node, limit, stats)))
+            await asyncio.gather(*started)
+        except BaseException:  # the round cancelled (the collector stops): so are its fetches
+            for task in started:
+                task.cancel()
+            raise
+
+    async def _fetch(self, node: NodeState, limit: asyncio.Semaphore, stats: RoundStats) -> None:
         async with limit:
             started = time.monotonic()
             stats.requests += 1

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from ray_accel.dashboard_module.aggregate import NodeState, build_view, heatmap_body
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.batch_parse import BatchParser
-from ray_accel.dashboard_module.collector import Collector
+from ray_accel.dashboard_module.collector import AgentTarget, Collector, start_offset
 from ray_accel.dashboard_module.fleet import node_id
 from ray_accel.dashboard_module.heatmap_columns import columns_body, columns_document
 from ray_accel.dashboard_module.history import BLOCK_SERIES, History
@@ -209,3 +209,26 @@ def test_history_keeps_device_utilization_in_thousandths():
                                    "node.n.utilization": ratio})
     assert history.series("device.GPU-1.utilization") == [0.256, None, 1.0, None]  # 1.5: absent
     assert history.series("node.n.utilization") == [0.256, None, 1.0, 1.5]
+
+
+def test_a_round_starts_its_fetches_in_the_order_of_their_offsets():
+    asked: list[str] = []
+
+    class Recording(Collector):
+        async def _fetch(self, node, limit, stats) -> None:
+            asked.append(node.node_id)
+
+    targets = [AgentTarget(node_id(n), f"http://127.0.0.1:9/n/{n}") for n in range(40)]
+
+    async def run() -> None:
+        async def discover():
+            return targets
+
+        collector = Recording(discover, refresh_s=0.5, spread=0.5)
+        try:
+            await collector.refresh()
+        finally:
+            await collector.stop()
+
+    asyncio.run(run())
+    assert asked == sorted((t.node_id for t in targets), key=lambda n: start_offset(n, 0.25))
