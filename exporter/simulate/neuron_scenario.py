@@ -92,11 +92,15 @@ def _check_runtime(runtime: Any, path: str, cores: int) -> None:
         "latency_s": checks.signal,
         "error": lambda v, p: checks.string(v, p, 1024),
         "while_alive": checks.boolean,
+        "from_s": lambda v, p: checks.number(v, p, lo=0),
+        "until_s": lambda v, p: checks.number(v, p, lo=0),
     }
     item = checks.mapping(runtime, path)
     checks.keys(item, path, tuple(runtime_checks), required=("pid", "cores"))
     for key, value in item.items():
         runtime_checks[key](value, f"{path}.{key}")
+    if item.get("until_s") is not None and item["until_s"] <= item.get("from_s", 0):
+        raise checks.fail(f"{path}.until_s", "must be after from_s")
 
 
 def _check_memory(value: Any, path: str) -> None:

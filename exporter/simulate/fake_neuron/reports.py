@@ -55,6 +55,8 @@ class ReportBuilder:
         for runtime in section.get("runtimes") or ():
             if runtime.get("while_alive") and not alive(runtime["pid"]):
                 continue
+            if not runtime.get("from_s", 0) <= t < (runtime.get("until_s") or math.inf):
+                continue  # outside its window: not running yet, or gone
             tag = runtime.get("tag") or str(runtime["pid"])
             if self._tag_filter is not None and not self._tag_filter.search(tag):
                 continue
