@@ -250,3 +250,25 @@ def test_tpu_call_past_its_deadline_recorded_as_a_late_answer() -> None:
                                "until_s": 7.5}]
     section = {**keys, "chips": [{"pci_bus_id": chip.pci_bus_id, "hbm_total_bytes": 2**34}]}
     assert load_scenario({"name": "t", "devices": [], "tpu": section})["tpu"]["delays"]
+
+
+def test_neuron_runtime_that_came_and_went_keeps_its_window() -> None:
+    from ray_accel.exporter import catalog as m
+    from ray_accel.exporter.simulate.fake_neuron.reports import ReportBuilder
+    from ray_accel.exporter.simulate.neuron_scenario import RUNTIME_GROUPS, SYSTEM_GROUPS
+
+    chip = Device("aws", "0", "neuron-i-0abc-nd0", "Trainium")
+    core = Device("aws", "0/0", "neuron-i-0abc-nc0", "Trainium NeuronCore-v2",
+                  parent_uuid=chip.uuid, facts={"neuroncore": "0"})
+    busy = ("p", 4242, m.PROCESS_UTILIZATION, (("engine", m.ENGINE_SM),))
+    core_series = DeviceSeries(up_times=[float(t) for t in range(10)],
+                               points={busy: [(float(t), 0.5) for t in range(3, 7)]})
+    keys = neuron.host_keys([chip], [_series([float(t) for t in range(10)], {})], {},
+                            {chip.uuid: [(core, core_series)]}, 1.0)
+    [runtime] = keys["runtimes"]
+    assert (runtime["from_s"], runtime["until_s"]) == (2.5, 6.5)
+    section = load_scenario({"name": "n", "devices": [], "neuron": keys})["neuron"]
+    reports = ReportBuilder(RUNTIME_GROUPS, SYSTEM_GROUPS, None, 0.0)
+    listed = [[r["pid"] for r in reports.build(section, t, 1.0, lambda pid: True)
+               ["neuron_runtime_data"]] for t in (2.0, 4.0, 7.0)]
+    assert listed == [[], [4242], []]

@@ -5,10 +5,12 @@ per device, memory per device, the instance) and its Neuron runtimes, each on
 its cores: utilization (percent, one signal for all its cores, as the section
 has it: the runtime's first core's), memory by category on each core (its
 first core's), host memory, vCPU use, completed executions and errors per
-second (the rate of the counters the backend keeps) and the p50 of the total
-latency; and each device's ECC counters. A metric group that every report of
-the recording left out or reported with an error becomes `faults.missing_groups`
-or `faults.group_errors` (the section's faults hold for the whole run, so one
+second (the rate of the counters the backend keeps), the p50 of the total
+latency, and when it ran (`from_s`/`until_s` from its first to its last
+sample: one that left and came back is one window); and each device's ECC
+counters. A metric group that every report of the recording left out or
+reported with an error becomes `faults.missing_groups` or
+`faults.group_errors` (the section's faults hold for the whole run, so one
 that came and went is not recorded). The instance id is kept (it names the
 devices) unless identities are replaced.
 """
@@ -21,6 +23,7 @@ from typing import Any
 from .. import catalog as m
 from ..model import Device
 from ..simulate.neuron_scenario import METRIC_GROUPS
+from .processes import stretches, window_keys
 from .series import DeviceSeries, Points
 from .timeline import counter_signal, gauge_signal
 from .vendors import LinkFacts, Numa, VendorRecorder
@@ -54,6 +57,10 @@ def _runtime(pid: int, cores: list[int], first_core: DeviceSeries,
              chip: DeviceSeries | None) -> dict[str, Any]:
     """One runtime's entry, from its first core's series and its first core's chip's."""
     runtime: dict[str, Any] = {"pid": pid, "cores": cores}
+    seen = {t for key, points in first_core.points.items() if key[0] == "p" and key[1] == pid
+            for t, _ in points}
+    if runs := stretches(seen, first_core.up_times):  # when it ran: from its first to last
+        runtime.update(window_keys(runs[0][0], runs[-1][1], first_core.up_times))
     busy = first_core.points.get(("p", pid, m.PROCESS_UTILIZATION, (("engine", m.ENGINE_SM),)))
     if busy:
         runtime["utilization_percent"] = _percent(busy)

@@ -15,7 +15,7 @@ from .. import catalog as m
 from .series import DeviceSeries
 
 
-def _stretches(seen: set[float], times: Sequence[float]) -> list[tuple[int, int]]:
+def stretches(seen: set[float], times: Sequence[float]) -> list[tuple[int, int]]:
     """(first, last) positions in `times` of each run of times in `seen`."""
     runs: list[tuple[int, int]] = []
     start: int | None = None
@@ -30,6 +30,17 @@ def _stretches(seen: set[float], times: Sequence[float]) -> list[tuple[int, int]
     return runs
 
 
+def window_keys(first: int, last: int, times: Sequence[float]) -> dict[str, float]:
+    """`from_s` and `until_s` of the stretch at positions `first`..`last` of `times`: half
+    way to the samples either side; none where it reaches the recording's first or last."""
+    keys = {}
+    if first > 0:
+        keys["from_s"] = round((times[first - 1] + times[first]) / 2, 3)
+    if last < len(times) - 1:
+        keys["until_s"] = round((times[last] + times[last + 1]) / 2, 3)
+    return keys
+
+
 def process_entries(series: DeviceSeries, engines: Sequence[tuple[str, str]],
                     elsewhere: Collection[int] = ()) -> list[dict[str, Any]]:
     """Entries for every process the device listed (`engines`: engine label -> scenario key),
@@ -42,7 +53,7 @@ def process_entries(series: DeviceSeries, engines: Sequence[tuple[str, str]],
     entries = []
     for pid, values in sorted(by_pid.items()):
         seen = {t for points in values.values() for t in points}
-        for first, last in _stretches(seen, times):
+        for first, last in stretches(seen, times):
             at = times[last]
             entry: dict[str, Any] = {"pid": pid}
             memory = values.get((m.PROCESS_MEMORY_USAGE, ()), {})
@@ -52,10 +63,7 @@ def process_entries(series: DeviceSeries, engines: Sequence[tuple[str, str]],
                 share = values.get((m.PROCESS_UTILIZATION, (("engine", engine),)), {})
                 if at in share:
                     entry[key] = min(round(share[at] * 100), 100)
-            if first > 0:
-                entry["from_s"] = round((times[first - 1] + times[first]) / 2, 3)
-            if last < len(times) - 1:
-                entry["until_s"] = round((times[last] + times[last + 1]) / 2, 3)
+            entry.update(window_keys(first, last, times))
             entries.append(entry)
     return sorted(entries, key=lambda e: (e.get("from_s", 0), e["pid"]))
 
