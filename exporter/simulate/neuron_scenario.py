@@ -57,6 +57,15 @@ def _percent(value: Any, path: str) -> None:
     checks.signal(value, path, 0, 100)
 
 
+def _per_core_percent(value: Any, path: str) -> None:
+    """A signal 0-100 for every core of the runtime, or a list of one per core."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _percent(item, f"{path}[{i}]")
+    else:
+        _percent(value, path)
+
+
 def _check_instance(value: Any, path: str) -> None:
     instance = checks.mapping(value, path)
     checks.keys(instance, path, _INSTANCE_KEYS)
@@ -81,7 +90,7 @@ def _check_runtime(runtime: Any, path: str, cores: int) -> None:
         "tag": lambda v, p: checks.string(v, p, 255),
         "cores": lambda v, p: [checks.integer(c, f"{p}[{i}]", hi=cores - 1)
                                for i, c in enumerate(checks.sequence(v, p, cores))],
-        "utilization_percent": _percent,
+        "utilization_percent": _per_core_percent,
         "flops": checks.signal,
         "core_memory_bytes": lambda v, p: _check_memory(v, p),
         "host_memory_bytes": checks.signal,
@@ -101,6 +110,10 @@ def _check_runtime(runtime: Any, path: str, cores: int) -> None:
         runtime_checks[key](value, f"{path}.{key}")
     if item.get("until_s") is not None and item["until_s"] <= item.get("from_s", 0):
         raise checks.fail(f"{path}.until_s", "must be after from_s")
+    per_core = item.get("utilization_percent")
+    if isinstance(per_core, list) and len(per_core) != len(item["cores"]):
+        raise checks.fail(f"{path}.utilization_percent",
+                          f"{len(per_core)} values for {len(item['cores'])} cores")
 
 
 def _check_memory(value: Any, path: str) -> None:

@@ -95,7 +95,8 @@ def _instance_defaults() -> dict[str, str]:
 
 def _runtime_groups(runtime: Mapping[str, Any], t: float, then: float) -> dict[str, Any]:
     cores = [str(core) for core in runtime["cores"]]
-    utilization = value_at(runtime.get("utilization_percent", 0), t)
+    busy = runtime.get("utilization_percent", 0)
+    per_core = busy if isinstance(busy, list) else [busy] * len(cores)  # one per core, or all
     flops = value_at(runtime.get("flops", 0), t)
     memory = {category: int(value_at((runtime.get("core_memory_bytes") or {}).get(category, 0),
                                      t))
@@ -109,7 +110,8 @@ def _runtime_groups(runtime: Mapping[str, Any], t: float, then: float) -> dict[s
              if completed and latency > 0 else None)
     return {
         "neuroncore_counters": {"neuroncores_in_use": {
-            core: {"neuroncore_utilization": utilization, "flops": int(flops)} for core in cores}},
+            core: {"neuroncore_utilization": value_at(signal, t), "flops": int(flops)}
+            for core, signal in zip(cores, per_core, strict=True)}},
         "memory_used": {
             "neuron_runtime_used_bytes": {
                 "host": host,
