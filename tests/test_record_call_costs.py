@@ -272,3 +272,30 @@ def test_neuron_runtime_that_came_and_went_keeps_its_window() -> None:
     listed = [[r["pid"] for r in reports.build(section, t, 1.0, lambda pid: True)
                ["neuron_runtime_data"]] for t in (2.0, 4.0, 7.0)]
     assert listed == [[], [4242], []]
+
+
+def test_neuron_runtime_busy_differently_per_core_keeps_each_core() -> None:
+    from ray_accel.exporter import catalog as m
+    from ray_accel.exporter.simulate.fake_neuron.reports import ReportBuilder
+    from ray_accel.exporter.simulate.neuron_scenario import RUNTIME_GROUPS, SYSTEM_GROUPS
+
+    chip = Device("aws", "0", "neuron-i-0abc-nd0", "Trainium")
+    busy = ("p", 4242, m.PROCESS_UTILIZATION, (("engine", m.ENGINE_SM),))
+    cores = [(Device("aws", f"0/{n}", f"neuron-i-0abc-nc{n}", "NeuronCore-v2",
+                     parent_uuid=chip.uuid, facts={"neuroncore": str(n)}),
+              DeviceSeries(up_times=[0.0, 1.0], points={busy: [(0.0, share), (1.0, share)]}))
+             for n, share in ((0, 0.9), (1, 0.2))]
+    keys = neuron.host_keys([chip], [_series([0.0, 1.0], {})], {}, {chip.uuid: cores}, 1.0)
+    [runtime] = keys["runtimes"]
+    assert runtime["utilization_percent"] == [90.0, 20.0]
+    section = load_scenario({"name": "n", "devices": [], "neuron": keys})["neuron"]
+    report = ReportBuilder(RUNTIME_GROUPS, SYSTEM_GROUPS, None, 0.0).build(
+        section, 1.0, 1.0, lambda pid: True)
+    in_use = report["neuron_runtime_data"][0]["report"]["neuroncore_counters"][
+        "neuroncores_in_use"]
+    assert {core: v["neuroncore_utilization"] for core, v in in_use.items()} == {
+        "0": 90.0, "1": 20.0}
+    runtime["utilization_percent"] = [90.0]  # tampered: one value for two cores
+    with pytest.raises(ScenarioError) as refused:
+        load_scenario({"name": "n", "devices": [], "neuron": keys})
+    assert "neuron.runtimes[0].utilization_percent" in str(refused.value)

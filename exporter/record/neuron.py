@@ -2,8 +2,8 @@
 
 The section describes the node (device type and version, devices, NeuronCores
 per device, memory per device, the instance) and its Neuron runtimes, each on
-its cores: utilization (percent, one signal for all its cores, as the section
-has it: the runtime's first core's), memory by category on each core (its
+its cores: utilization (percent: one signal for all its cores where they were
+as busy, else one per core), memory by category on each core (its
 first core's), host memory, vCPU use, completed executions and errors per
 second (the rate of the counters the backend keeps), the p50 of the total
 latency, and when it ran (`from_s`/`until_s` from its first to its last
@@ -53,17 +53,27 @@ def _percent(points: Points) -> Any:
     return gauge_signal([(t, v * 100) for t, v in points])
 
 
-def _runtime(pid: int, cores: list[int], first_core: DeviceSeries,
+def _utilization(pid: int, held: Sequence[DeviceSeries]) -> Any:
+    """The runtime's utilization: one signal for all its cores (`held`, in order) where
+    they were as busy, else one per core."""
+    key = ("p", pid, m.PROCESS_UTILIZATION, (("engine", m.ENGINE_SM),))
+    per_core = [_percent(points) if (points := one.points.get(key)) else 0 for one in held]
+    if all(signal == per_core[0] for signal in per_core):
+        return per_core[0]
+    return per_core
+
+
+def _runtime(pid: int, cores: list[int], held: Sequence[DeviceSeries],
              chip: DeviceSeries | None) -> dict[str, Any]:
-    """One runtime's entry, from its first core's series and its first core's chip's."""
+    """One runtime's entry, from its cores' series (in order) and its first core's chip's."""
+    first_core = held[0]
     runtime: dict[str, Any] = {"pid": pid, "cores": cores}
     seen = {t for key, points in first_core.points.items() if key[0] == "p" and key[1] == pid
             for t, _ in points}
     if runs := stretches(seen, first_core.up_times):  # when it ran: from its first to last
         runtime.update(window_keys(runs[0][0], runs[-1][1], first_core.up_times))
-    busy = first_core.points.get(("p", pid, m.PROCESS_UTILIZATION, (("engine", m.ENGINE_SM),)))
-    if busy:
-        runtime["utilization_percent"] = _percent(busy)
+    if first_core.points.get(("p", pid, m.PROCESS_UTILIZATION, (("engine", m.ENGINE_SM),))):
+        runtime["utilization_percent"] = _utilization(pid, held)
     memory = {category: gauge_signal(points) for category in MEMORY_CATEGORIES
               if (points := first_core.device(m.NEURON_CORE_MEMORY_USAGE, category=category))}
     if memory:
@@ -156,9 +166,9 @@ def _runtimes(devices: Sequence[Device], series: Sequence[DeviceSeries],
     runtimes = []
     for pid, held in sorted(cores.items()):
         held.sort(key=lambda one: one[0])
-        _, first_core, chip = held[0]
-        runtimes.append(_runtime(pid, [number for number, _, _ in held], first_core,
-                                 series[chip]))
+        chip = held[0][2]
+        runtimes.append(_runtime(pid, [number for number, _, _ in held],
+                                 [one for _, one, _ in held], series[chip]))
     return runtimes
 
 
