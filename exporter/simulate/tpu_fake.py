@@ -150,14 +150,18 @@ def _failure(section: Mapping[str, Any], name: str, t: float) -> grpc.StatusCode
 
 
 class _Service:
-    """The runtime metric service's two methods, answering from the scenario."""
+    """The runtime metric service's two methods, answering from the scenario; each request
+    also brings the chips' device files up to date with their `lost_at_s` (the agent asks
+    every cycle before it looks at them)."""
 
-    def __init__(self, scenario: _Scenario) -> None:
+    def __init__(self, scenario: _Scenario, root: pathlib.Path) -> None:
         self._scenario = scenario
+        self._root = root
         self.asked: Counter[str] = Counter()  # GetRuntimeMetric requests by metric name
 
     def get_runtime_metric(self, request: Any, context: grpc.ServicerContext) -> Any:
         section, t = self._scenario.current()
+        sync_lost_chips(self._root, section, t)
         name = request.metric_name
         self.asked[name] += 1
         delay = _matching(section.get("delays"), name, t)
@@ -248,6 +252,26 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
+def chip_file(root: pathlib.Path, section: Mapping[str, Any], chip: int) -> pathlib.Path:
+    """The device file of chip number `chip` under root/dev."""
+    if section.get("device_files", "vfio") == "vfio":
+        return root / "dev" / "vfio" / str(chip)
+    return root / "dev" / f"accel{chip}"
+
+
+def sync_lost_chips(root: pathlib.Path, section: Mapping[str, Any], t: float) -> None:
+    """Removes the device file of each chip lost by scenario time t (`lost_at_s`), and puts
+    back that of one not lost (yet, or any more: the scenario changed)."""
+    for i, chip in enumerate(section.get("chips", [])):
+        if chip.get("lost_at_s") is None:
+            continue
+        path = chip_file(root, section, i)
+        if t >= chip["lost_at_s"]:
+            path.unlink(missing_ok=True)
+        else:
+            path.touch(exist_ok=True)
+
+
 def build_host_files(root: pathlib.Path, section: Mapping[str, Any]) -> None:
     """Writes root/dev (the chips' device files) and root/sys (their PCI devices)."""
     dev, sys = root / "dev", root / "sys"
@@ -264,13 +288,12 @@ def build_host_files(root: pathlib.Path, section: Mapping[str, Any]) -> None:
         (device / "device").write_text(section.get("pci_device_id", "0x0063") + "\n")
         (device / "subsystem_device").write_text("0x0000\n")
         (device / "numa_node").write_text(f"{chip.get('numa_node', 0)}\n")
+        chip_file(root, section, i).touch()
         if section.get("device_files", "vfio") == "vfio":
-            (dev / "vfio" / str(i)).touch()
             members = sys / "kernel" / "iommu_groups" / str(i) / "devices"
             members.mkdir(parents=True)
             (members / bus_id).symlink_to(device)
         else:
-            (dev / f"accel{i}").touch()
             accel = sys / "class" / "accel" / f"accel{i}"
             accel.mkdir(parents=True)
             (accel / "device").symlink_to(device)
@@ -287,7 +310,7 @@ class TpuFake:
         self._plugin: ThreadingHTTPServer | None = None
         try:
             build_host_files(self.root, section)
-            self.service = _Service(self._scenario)
+            self.service = _Service(self._scenario, self.root)
             self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
             self._grpc.add_generic_rpc_handlers((self.service.handler(),))
             self.port = self._grpc.add_secure_port(

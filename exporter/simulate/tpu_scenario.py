@@ -34,6 +34,8 @@ _CHIP_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "duty_cycle_percent": checks.signal_check(0, 100),
     "hbm_bandwidth_percent": checks.signal_check(0, 100),
     "tensorcore_utilization_percent": checks.signal_check(0, 100),
+    # from then on the chip's device file is gone (a lost chip), before it is back
+    "lost_at_s": lambda v, p: checks.number(v, p, lo=0),
 }
 CHIP_KEYS = tuple(_CHIP_CHECKS)
 
