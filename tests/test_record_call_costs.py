@@ -13,6 +13,9 @@
 from __future__ import annotations
 
 import copy
+import json
+import pathlib
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -299,3 +302,36 @@ def test_neuron_runtime_busy_differently_per_core_keeps_each_core() -> None:
     with pytest.raises(ScenarioError) as refused:
         load_scenario({"name": "n", "devices": [], "neuron": keys})
     assert "neuron.runtimes[0].utilization_percent" in str(refused.value)
+
+
+def test_tpu_chip_lost_during_the_recording_is_lost_in_the_replay(tmp_path) -> None:
+    from ray_accel.exporter.backends.tpu import proto
+    from ray_accel.exporter.backends.tpu.chips import DEV_DIR_ENV
+    from ray_accel.exporter.simulate.tpu_fake import chip_file
+
+    doc = load_scenario("tpu-v5e-8")
+    doc["tpu"]["chips"] = doc["tpu"]["chips"][:2]
+    doc["tpu"]["chips"][1]["lost_at_s"] = 2.0
+    source = tmp_path / "lost.json"
+    source.write_text(json.dumps(doc))
+    out = tmp_path / "recorded.json"
+    done = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "record", "--simulate",
+                           str(source), "--duration", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    chips = json.loads(out.read_text())["tpu"]["chips"]
+    assert "lost_at_s" not in chips[0] and 0 <= chips[1]["lost_at_s"] <= 2.0
+    replay = load_scenario(str(out))
+    replay["freeze_at_s"] = chips[1]["lost_at_s"] - 0.01 if chips[1]["lost_at_s"] else 0.0
+    with SimulatedHardware.start(replay) as hardware:
+        calls = runtime.RuntimeCalls([int(hardware.environ()[runtime.PORTS_ENV])], ErrorTally())
+        root, section = pathlib.Path(hardware.environ()[DEV_DIR_ENV]).parent, replay["tpu"]
+        try:
+            calls.metric(proto.HBM_TOTAL)  # each request brings the device files up to date
+            before = [chip_file(root, section, i).exists() for i in (0, 1)]
+            hardware.modify(lambda s: s.update(freeze_at_s=chips[1]["lost_at_s"] + 1))
+            calls.metric(proto.HBM_TOTAL)
+            after = [chip_file(root, section, i).exists() for i in (0, 1)]
+        finally:
+            calls.close()
+    assert before == [True, chips[1]["lost_at_s"] > 0] and after == [True, False]
