@@ -48,14 +48,15 @@ AGGREGATION_BEFORE = {10: ("31.2 ms", "+1.8 MiB", "1.41 ms"),
                       100: ("272 ms", "+27.6 MiB", "56.8 ms"),
                       1000: ("3.9 s", "+154 MiB", "238-489 ms"),
                       10_000: ("36-43 s", "+1,474 MiB", "889 ms")}
-# The summary collector before its rounds' own HTTP client, per-node heatmap rows, shared
-# values and slotted records (same bench, identical copies of the node): nodes -> (round,
-# head CPU per round, memory held, summary / heatmap / node page p99 while rounds ran).
+# The head before batched parsing, msgspec decoding, the incremental columns form, encoded
+# rows only and the history in blocks (same bench, one fake agents' process; 10 to 1,000
+# nodes at load 8-14, 10,000 at 2.9-7.3): nodes -> (round, head CPU per round, memory
+# held, summary / heatmap columns / node page p99 while rounds ran).
 AGGREGATION_SUMMARIES_BEFORE = {
-    10: ("2.83 s", "0.07 s", "+37 MiB", "2.6 / 2.37 / 40.3 ms"),
-    100: ("3.00 s", "0.14 s", "+43 MiB", "2.44 / 9.98 / 207 ms"),
-    1000: ("3.11 s", "0.66 s", "+93 MiB", "7.52 / 27.3 / 130 ms"),
-    10_000: ("7.70 s", "6.81 s", "+662 MiB", "680 / 1,690 / 903 ms")}
+    10: ("2.83 s", "0.09 s", "+3 MiB", "6.57 / 3.02 / 54.9 ms"),
+    100: ("3.00 s", "0.15 s", "+7 MiB", "14.9 / 5.7 / 130 ms"),
+    1000: ("3.27 s", "0.58 s", "+55 MiB", "42 / 47.3 / 246 ms"),
+    10_000: ("10.64 s", "6.59 s", "+587 MiB", "20.9 / 84.4 / 969 ms")}
 
 
 def aggregation(results: dict) -> None:
@@ -200,7 +201,10 @@ def report(results: dict) -> str:
         "stack) over N simulated 8-GPU nodes: copies of one snapshot of the simulated node",
         f"({results['aggregation'][0]['snapshot_bytes'] / 1024:.0f} KiB of JSON; its summary "
         f"{results['aggregation'][0]['summary_bytes'] / 1024:.1f} KiB), served over loopback "
-        "HTTP by fake agents in a process of their own, with ETags and 304s; the fleet is "
+        f"HTTP by fake agents in {results['aggregation'][0].get('agent_processes', 1)} "
+        "processes of their own (each serving its share of the nodes, so that a node page's "
+        "snapshot queues behind that share's summaries, where a real node's agent serves "
+        "only its own), with ETags and 304s; the fleet is "
         "spread (racks, NVLink domains, node pools; utilization, engine activity, power and "
         "temperature vary by node, so the head finds no more equal values to share than in "
         "a real fleet); each 5 s "
@@ -211,9 +215,10 @@ def report(results: dict) -> str:
         "random node's page (a full snapshot fetched on demand) every 0.5 s. One process per "
         "size; memory is the head's resident growth from before the collector to after the "
         "rounds; CPU is the head process's own (user + system), the asking client's included. "
-        "The 'before' column is the summary collector before its own HTTP client, per-node "
-        "heatmap rows, shared values and slotted records (identical node copies); the last "
-        "column is the collector that pulled every full snapshot each round.",
+        "The 'before' column is the head before batched parsing, msgspec decoding, the "
+        "incremental columns form, encoded rows only and the history in blocks (its "
+        "heatmap figure: the columns form); the last column is the collector that pulled "
+        "every full snapshot each round.",
         "",
         *aggregation_lines(results["aggregation"]),
         "",
