@@ -19,7 +19,7 @@ from measure import PROFILED_CYCLES, REPEATS, measure, ray_version, spread, targ
 from nvml_calls import NvmlCallLog
 
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
-from ray_accel.exporter.catalog import SLOW_READ_INTERVAL_S
+from ray_accel.exporter.catalog import RARE_READ_EVERY, SLOW_READ_INTERVAL_S
 from ray_accel.exporter.model import DeviceSample
 from ray_accel.exporter.simulate import SimulatedHardware
 
@@ -146,10 +146,12 @@ def collection_section(results: dict, note: str = "") -> list[str]:
         "`NvidiaBackend.sample()` per device; Ray's is",
         "`ray.dashboard.modules.reporter.gpu_providers.GpuMetricProvider.get_gpu_usage()`,",
         "what Ray's reporter agent calls every 5 s. Cycles are 1 s apart on a stepped clock:",
-        "values marked *slow cadence* in [metrics.md](metrics.md) (energy, error counters,",
-        f"link states) are read every {SLOW_READ_INTERVAL_S:g} s, each GPU at its own point of "
-        "that interval, so the figures",
-        "spread their cost as the agent at its default interval does.",
+        "values marked *slow cadence* in [metrics.md](metrics.md) (error counters, link",
+        f"states) are read every {SLOW_READ_INTERVAL_S:g} s and the *rare cadence* (energy) "
+        f"every {SLOW_READ_INTERVAL_S * RARE_READ_EVERY:g} s, each GPU at its own point of",
+        "those intervals, and a GPU whose GPM measures its links reads their byte counters",
+        "when due (docs/backends.md), so the figures spread their cost as the agent at its",
+        "default interval does.",
         *(["", note] if note else []),
         "",
         *collection_table(c),

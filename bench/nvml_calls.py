@@ -1,12 +1,14 @@
-"""Counts and times the C functions a pynvml-style module calls.
+"""Counts and times the C functions a pynvml-style module calls on the measuring thread.
 
 Both nvidia-ml-py and Ray's vendored copy look every C function up through
 `_nvmlGetFunctionPointer(name)` on each call, so wrapping that lookup sees every
-call by name without touching the library.
+call by name without touching the library. Calls on other threads (the XID
+watcher's event wait, which blocks by design) are not the cycle's and are left out.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from types import ModuleType
@@ -14,7 +16,8 @@ from typing import Any
 
 
 class NvmlCallLog:
-    """While entered, counts each NVML function called through `module` and its wall time."""
+    """While entered, counts each NVML function the entering thread calls through `module`,
+    and its wall time."""
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
@@ -28,9 +31,12 @@ class NvmlCallLog:
 
     def __enter__(self) -> NvmlCallLog:
         log = self
+        measuring = threading.get_ident()
 
         def timed_lookup(name: str) -> Any:
             function = log._original(name)
+            if threading.get_ident() != measuring:
+                return function
 
             def call(*args: Any) -> Any:
                 start = time.perf_counter()
