@@ -158,6 +158,9 @@ class FleetMembers:
         remade from the last one when next asked for, a third of the work of a new one)."""
         self.generation[number] += 1
 
+    def snapshot(self, number: int) -> bytes:
+        return self._fleet(number).text(number).encode()
+
 
 def _more_power(body: bytes, watts: int) -> tuple[bytes, str]:
     doc = json.loads(body)
@@ -166,9 +169,6 @@ def _more_power(body: bytes, watts: int) -> tuple[bytes, str]:
         first["power_watts"] = (first.get("power_watts") or 0.0) + watts
     doc["version"] = content_version(doc)
     return encode(doc)
-
-    def snapshot(self, number: int) -> bytes:
-        return self._fleet(number).text(number).encode()
 
 
 async def serve(nodes: int, change: float, shape: FleetShape, refresh_s: float = REFRESH_S,
