@@ -111,7 +111,9 @@ FAMILY_NODES = {"tpu": _failing_tpu_host, "neuron": _faulty_neuron_node}
 def trips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("faults")
     running = {}
-    nodes = {**{vendor: (_faulty(vendor), (BEFORE_S, INSIDE_S, AFTER_S), True)
+    # BEFORE_S only where a process comes and goes (HLML lists none)
+    nodes = {**{vendor: (_faulty(vendor), (BEFORE_S, INSIDE_S, AFTER_S)
+                         if vendor in GPU_NODES else (INSIDE_S, AFTER_S), True)
                 for vendor in NODES},
              **{family: (faulty(), (INSIDE_S, AFTER_S), False)
                 for family, faulty in FAMILY_NODES.items()}}
