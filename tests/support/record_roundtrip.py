@@ -74,6 +74,9 @@ def series_at(hardware: SimulatedHardware, scenario: dict[str, Any], t: float,
             if not samples and time.monotonic() < listed_by:
                 time.sleep(0.2)  # a backend that lists its devices late (neuron-monitor's
                 continue  # first report comes a period after it starts)
+            if all(s.stale for s in samples) and time.monotonic() < listed_by:
+                continue  # no device answered yet (a TPU host's one read for all its chips
+                # on a loaded machine): the cycle waited for them, it does not count
             cycle += 1
             for sample in samples:
                 for key, value in series_of(sample):
