@@ -74,7 +74,8 @@ def test_a_device_that_had_answered_and_is_lost_is_a_warning(tmp_path):
 
 def test_a_device_that_had_answered_and_hangs_is_a_warning_and_so_is_its_return(tmp_path):
     doc = load_scenario("hgx-h200")
-    doc["delays"] = [{"function": "nvmlDeviceGetFieldValues", "device": 5, "seconds": 6,
+    # a call made every cycle (GPU 5's link counters are read only when due: GPM measures them)
+    doc["delays"] = [{"function": "nvmlDeviceGetTemperature", "device": 5, "seconds": 6,
                       "from_s": 1.5, "until_s": 2}]
     lines = _log_of("--simulate", write_scenario(tmp_path, doc), seconds=0.5,
                     until=lambda d: d["devices"][5]["up"] and d["cycle"] >= 80)

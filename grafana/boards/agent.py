@@ -55,11 +55,17 @@ def board() -> Board:
                 timeseries("Cycles per second", "Sampling cycles completed per second.",
                            Query(rate(sel(m.AGENT_CYCLES)), AGENT)),
                 timeseries("Sample age", "Seconds since each device was last read, and since "
-                           "its slow-cadence values (energy, error counters, link states: read "
-                           "every --slow-read-interval) were.",
+                           "its slow-cadence values (error counters, link states: read every "
+                           "--slow-read-interval), its rare-cadence ones (energy: every 2 slow "
+                           "intervals) and its link byte counters (NVIDIA GPUs with GPM: when "
+                           "due) were, as of that read.",
                            Query(sel(m.DEVICE_SAMPLE_AGE), "{{vendor}} {{index}} {{ray_node_id}}"),
                            Query(sel(m.SLOW_VALUES_AGE),
                                  "{{vendor}} {{index}} {{ray_node_id}} slow values"),
+                           Query(sel(m.RARE_VALUES_AGE),
+                                 "{{vendor}} {{index}} {{ray_node_id}} rare values"),
+                           Query(sel(m.LINK_COUNTERS_AGE),
+                                 "{{vendor}} {{index}} {{ray_node_id}} link counters"),
                            unit="s"),
             ]),
             Section("Ray attribution", [
