@@ -5,7 +5,9 @@
 
 Serves NODES fake agents (summaries with ETags and 304s, full snapshots for the
 node page) made from one real snapshot of the simulated 8x H200 node, until its
-stdin closes; prints one JSON line first: the URL and the body sizes. In a process
+stdin closes; prints one JSON line first: the URL and the body sizes. They answer
+from a minimal HTTP/1.1 responder (fleet_responder.py), which costs a fraction of
+a real agent's aiohttp server, so that the head is what a benchmark measures. In a process
 of its own (or several: `FleetProcess(processes=K)`), the head that fetches from it
 is measured (or tested) alone.
 
@@ -35,7 +37,8 @@ from typing import Any
 
 from ..exporter.sinks.summary import content_version, encode
 from .collector import AgentTarget
-from .fleet import Fleet, FleetServer, node_id
+from .fleet import Fleet, node_id
+from .fleet_responder import FleetResponder
 
 REFRESH_S = 5.0
 RACK_SIZE = 16
@@ -183,7 +186,7 @@ async def serve(nodes: int, change: float, shape: FleetShape, refresh_s: float =
             for n in rng.sample(range(nodes), int(nodes * change)):
                 members.change(n)
 
-    async with FleetServer(members.snapshot, members.summary) as server:
+    async with FleetResponder(members.snapshot, members.summary) as server:
         print(json.dumps({"url": server.url, "summary_bytes": len(members.summary(0)[0]),
                           "snapshot_bytes": len(members.snapshot(0))}), flush=True)
         changing = asyncio.ensure_future(churn())

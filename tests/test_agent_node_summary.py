@@ -19,6 +19,7 @@ from ray_accel.dashboard_module.aggregate import NodeState, build_view
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import SUMMARY_RETRY_ROUNDS, AgentTarget, Collector
 from ray_accel.dashboard_module.fleet import Fleet, FleetServer, node_id
+from ray_accel.dashboard_module.fleet_responder import FleetResponder
 from ray_accel.dashboard_module.node_detail import NodeDetails
 from ray_accel.dashboard_module.standalone import build_app
 from ray_accel.exporter.node_view import (
@@ -169,13 +170,18 @@ async def _collector(targets, **options) -> Collector:
     return Collector(discover, refresh_s=1, fetch_timeout_s=2, spread=0.0, **options)
 
 
-def test_collector_sends_conditional_requests_and_rebuilds_changed_nodes(template):
+# The benchmarks' fake agents answer from FleetResponder; it must answer as FleetServer.
+FAKE_AGENTS = pytest.mark.parametrize("serve", [FleetServer, FleetResponder])
+
+
+@FAKE_AGENTS
+def test_collector_sends_conditional_requests_and_rebuilds_changed_nodes(template, serve):
     fleet = Fleet(template)
     generation = dict.fromkeys(range(6), 0)
 
     async def scenario() -> None:
-        async with FleetServer(lambda n: fleet.text(n).encode(),
-                               lambda n: fleet.summary(n, generation[n])) as fakes:
+        async with serve(lambda n: fleet.text(n).encode(),
+                         lambda n: fleet.summary(n, generation[n])) as fakes:
             collector = await _collector([fakes.target(n) for n in range(6)])
             try:
                 await collector.refresh()
@@ -202,13 +208,14 @@ def test_collector_sends_conditional_requests_and_rebuilds_changed_nodes(templat
     asyncio.run(scenario())
 
 
-def test_a_silent_agent_is_unreachable_and_keeps_its_last_summary(template):
+@FAKE_AGENTS
+def test_a_silent_agent_is_unreachable_and_keeps_its_last_summary(template, serve):
     fleet = Fleet(template)
     silent: set[int] = set()
 
     async def scenario() -> None:
-        async with FleetServer(lambda n: fleet.text(n).encode(),
-                               lambda n: None if n in silent else fleet.summary(n)) as fakes:
+        async with serve(lambda n: fleet.text(n).encode(),
+                         lambda n: None if n in silent else fleet.summary(n)) as fakes:
             collector = await _collector([fakes.target(n) for n in range(3)])
             collector.fetch_timeout_s = 0.5
             try:
@@ -236,13 +243,14 @@ def test_a_silent_agent_is_unreachable_and_keeps_its_last_summary(template):
     asyncio.run(scenario())
 
 
-def test_an_agent_whose_sampling_stopped_is_stale_and_keeps_its_last_summary(template):
+@FAKE_AGENTS
+def test_an_agent_whose_sampling_stopped_is_stale_and_keeps_its_last_summary(template, serve):
     fleet = Fleet(template)
     stuck_since: dict[int, float] = {}
 
     async def scenario() -> None:
-        async with FleetServer(lambda n: fleet.text(n).encode(), lambda n: fleet.summary(n),
-                               lambda n: stuck_since.get(n, time.time())) as fakes:
+        async with serve(lambda n: fleet.text(n).encode(), lambda n: fleet.summary(n),
+                         lambda n: stuck_since.get(n, time.time())) as fakes:
             collector = await _collector([fakes.target(n) for n in range(2)])
             try:
                 await collector.refresh()
@@ -290,13 +298,14 @@ def test_an_agent_without_the_summary_gets_its_snapshot_fetched(agent, template)
     asyncio.run(scenario())
 
 
-def test_node_page_fetches_the_full_snapshot_on_demand_and_briefly_caches_it(template):
+@FAKE_AGENTS
+def test_node_page_fetches_the_full_snapshot_on_demand_and_briefly_caches_it(template, serve):
     fleet = Fleet(template)
     silent: set[int] = set()
 
     async def scenario() -> None:
-        async with FleetServer(lambda n: None if n in silent else fleet.text(n).encode(),
-                               lambda n: fleet.summary(n)) as fakes:
+        async with serve(lambda n: None if n in silent else fleet.text(n).encode(),
+                         lambda n: fleet.summary(n)) as fakes:
             collector = await _collector([fakes.target(n) for n in range(4)])
             api = AcceleratorsApi(collector, "standalone")
             client = TestClient(TestServer(build_app(api, None)))
