@@ -46,6 +46,7 @@ from .heatmap_columns import columns_body
 from .history import History
 from .json_decode import decode
 from .node_detail import NodeDetails
+from .round_gc import RoundCollection
 from .transfers_view import LastKnownDevices
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,7 @@ class Collector:
         # The node page's snapshots are parsed beside the rounds, never queued behind them.
         self._detail_parser = ThreadPoolExecutor(max_workers=1,
                                                  thread_name_prefix="ray-accel-detail")
+        self._collection = RoundCollection()  # the view's objects out of the GC's walks
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -180,6 +182,7 @@ class Collector:
 
     async def stop(self) -> None:
         await self._refreshing.stop()
+        self._collection.release()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -243,6 +246,7 @@ class Collector:
         self.last_round = stats
         self.last_round_at = view.generated_at
         self.last_round_duration_s = time.monotonic() - started
+        self._collection.after_round(len(nodes))
         return view
 
     def _build(self, nodes: list[NodeState]) -> ClusterView:
@@ -351,6 +355,7 @@ class Collector:
         data["taken_at"] = taken_at
         node.has_summary = True
         self._replace_data(node, data, etag, detailed=False)
+        self._collection.kept(len(self.nodes))
 
     async def _snapshot_body(self, node: NodeState) -> bytes:
         async with self.session().get(node.url.rstrip("/") + "/api/v1/snapshot") as reply:
@@ -374,6 +379,7 @@ class Collector:
         # at a time: more parsing threads would only take the GIL from the loop more often.
         data = await self._batches.parse(_reduced, body)
         self._replace_data(node, data, "", detailed=True)
+        self._collection.kept(len(self.nodes))
 
     @staticmethod
     def _replace_data(node: NodeState, data: dict[str, Any], etag: str, detailed: bool) -> None:
