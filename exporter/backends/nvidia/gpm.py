@@ -12,9 +12,11 @@ With the cycle's NVML utilization it also judges whether the device spins
 A device without GPM (Ampere and older, or a VM where it is off) has no GPM
 series at all, never zeros, and its samples say so in one entry of their
 errors (`gpm: not_supported`). A GPM call that fails costs only the GPM values of its
-device (through `DeviceCalls`); one that takes longer than `SLOW_CALL_S` of
-wall time suspends GPM on the device for `SUSPEND_S`, so a slow driver cannot
-hold up the device's other values cycle after cycle.
+device (through `DeviceCalls`). Two in a row that take longer than `SLOW_CALL_S`
+of wall time, or one longer than `HUNG_CALL_S`, suspend GPM on the device for
+`SUSPEND_S`, so a slow driver cannot hold up the device's other values cycle
+after cycle; one slow call alone is as likely the thread waiting for a busy
+CPU as a slow driver, and suspends nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ MIB = 1024 * 1024
 NVLINK_LINKS = 18  # NVLink 4 and 5: 18 links per GPU
 C2C_LINKS = 14
 SLOW_CALL_S = 0.05
+HUNG_CALL_S = 1.0
 SUSPEND_S = 60.0
 GPM_UNSUPPORTED = "gpm"  # the key of the `not_supported` entry in a sample's errors
 
@@ -147,6 +150,7 @@ class GpmActivity:
         self._request = _Request(GPM_METRICS)
         self._pruned = False
         self._suspended_until = 0.0
+        self._slow_before = False  # whether the last GPM call was slow
         self._spinning = SpinningWindow()
         #: This cycle's link rates as GPM measured them; None when it measured none this cycle.
         self.link_rates: LinkRates | None = None
@@ -239,11 +243,14 @@ class GpmActivity:
         return taken is not None
 
     def _timed(self, call: Callable[[], Any]) -> Any:
-        """`call()`'s answer; a slow one suspends GPM on the device for a while."""
+        """`call()`'s answer; a hung one, or a second slow one in a row, suspends GPM on the
+        device for a while."""
         started = time.monotonic()
         answer = call()
-        if time.monotonic() - started > SLOW_CALL_S:
+        spent = time.monotonic() - started
+        if spent > HUNG_CALL_S or (spent > SLOW_CALL_S and self._slow_before):
             self._suspended_until = self._clock() + SUSPEND_S
+        self._slow_before = spent > SLOW_CALL_S
         return answer
 
     def _readings(self) -> list[Reading]:
