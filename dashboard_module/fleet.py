@@ -83,25 +83,51 @@ def fleet(template: dict[str, Any], count: int) -> list[dict[str, Any]]:
     return [json.loads(maker.text(number)) for number in range(count)]
 
 
-class FleetServer:
-    """One HTTP server answering /n/<i>/api/v1/snapshot (and /summary) for many nodes.
+class FleetAnswers:
+    """What a fleet's fake agents answer, whichever HTTP server serves them.
 
-    `bodies(i)` is node i's snapshot body; None makes node i hang like a stuck
-    agent until the server stops. `summaries(i)`, when given, is node i's summary
-    (body, ETag), answered 304 to a matching `If-None-Match` (None: hang); without
-    it the summary path is 404, as on an agent older than the summary. Counts the
-    requests it answered. Use as an async context manager.
+    `bodies(i)` is node i's snapshot body and `summaries(i)`, when given, its summary
+    (body, ETag); None from either makes that request hang like a stuck agent until
+    the server stops. `taken_at(i)`: when node i's snapshot was taken (an old one: a
+    stuck agent). Counts the requests answered (snapshot, summary, not_modified).
     """
 
     def __init__(self, bodies: Callable[[int], bytes | None],
                  summaries: Callable[[int], tuple[bytes, str] | None] | None = None,
                  taken_at: Callable[[int], float] = lambda number: time.time()) -> None:
-        """`taken_at(i)`: when node i's snapshot was taken (an old one: a stuck agent)."""
         self.bodies = bodies
         self.summaries = summaries
         self.taken_at = taken_at
-        self.requests: Counter[str] = Counter()  # snapshot, summary, not_modified
+        self.requests: Counter[str] = Counter()
         self.url = ""
+
+    def summary_headers(self, number: int, etag: str) -> dict[str, str]:
+        """The headers of node `number`'s summary answer, 200 or 304."""
+        return {"ETag": etag, "Cache-Control": "no-cache",
+                TAKEN_AT_HEADER: repr(self.taken_at(number))}
+
+    def unchanged(self, etag: str, if_none_match: str | None) -> bool:
+        """Whether the summary is answered 304 (counted as such)."""
+        if if_none_match != etag:
+            return False
+        self.requests["not_modified"] += 1
+        return True
+
+    def target(self, number: int) -> AgentTarget:
+        """How the collector finds node `number`."""
+        return AgentTarget(node_id(number), f"{self.url}/n/{number}", f"host-{number}")
+
+
+class FleetServer(FleetAnswers):
+    """One aiohttp server, as a real agent's, answering /n/<i>/api/v1/snapshot (and
+    /summary) for many nodes (`FleetAnswers`); without `summaries` the summary path is
+    404, as on an agent older than the summary. Use as an async context manager.
+    """
+
+    def __init__(self, bodies: Callable[[int], bytes | None],
+                 summaries: Callable[[int], tuple[bytes, str] | None] | None = None,
+                 taken_at: Callable[[int], float] = lambda number: time.time()) -> None:
+        super().__init__(bodies, summaries, taken_at)
         self._runner: web.AppRunner | None = None
         self._release = asyncio.Event()
 
@@ -123,10 +149,8 @@ class FleetServer:
                 await self._release.wait()
                 raise web.HTTPServiceUnavailable()
             body, etag = found
-            headers = {"ETag": etag, "Cache-Control": "no-cache",
-                       TAKEN_AT_HEADER: repr(self.taken_at(int(request.match_info["number"])))}
-            if request.headers.get("If-None-Match") == etag:
-                self.requests["not_modified"] += 1
+            headers = self.summary_headers(int(request.match_info["number"]), etag)
+            if self.unchanged(etag, request.headers.get("If-None-Match")):
                 return web.Response(status=304, headers=headers)
             return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -145,7 +169,3 @@ class FleetServer:
         self._release.set()
         if self._runner is not None:
             await self._runner.cleanup()
-
-    def target(self, number: int) -> AgentTarget:
-        """How the collector finds node `number`."""
-        return AgentTarget(node_id(number), f"{self.url}/n/{number}", f"host-{number}")

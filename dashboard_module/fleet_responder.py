@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import Callable
 
-from ..exporter.node_view import TAKEN_AT_HEADER
-from .collector import AgentTarget
-from .fleet import node_id
+from .fleet import FleetAnswers
 
 MAX_HEADER_BYTES = 65536
 _PATHS = {b"snapshot", b"summary"}
@@ -81,23 +78,16 @@ class _Connection(asyncio.Protocol):
             self.close()
 
 
-class FleetResponder:
-    """`FleetServer`'s interface and answers (fleet.py), served by `_Connection`s.
-
-    Node i's snapshot is `bodies(i)` and its summary `summaries(i)` (body, ETag),
-    answered 304 to a matching `If-None-Match`; None makes that request hang until the
-    responder stops and closes its connections. Counts the requests it answered. Use
-    as an async context manager.
+class FleetResponder(FleetAnswers):
+    """`FleetServer`'s answers (fleet.py: `FleetAnswers`), served by `_Connection`s; a
+    request that hangs does so until the responder stops and closes its connections.
+    Use as an async context manager.
     """
 
     def __init__(self, bodies: Callable[[int], bytes | None],
                  summaries: Callable[[int], tuple[bytes, str] | None],
                  taken_at: Callable[[int], float] = lambda number: time.time()) -> None:
-        self.bodies = bodies
-        self.summaries = summaries
-        self.taken_at = taken_at
-        self.requests: Counter[str] = Counter()  # snapshot, summary, not_modified
-        self.url = ""
+        super().__init__(bodies, summaries, taken_at)
         self.connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
 
@@ -118,10 +108,8 @@ class FleetResponder:
         if found is None:
             return None
         body, etag = found
-        headers = [("ETag", etag), ("Cache-Control", "no-cache"),
-                   (TAKEN_AT_HEADER, repr(self.taken_at(number)))]
-        if if_none_match is not None and if_none_match.decode("latin-1") == etag:
-            self.requests["not_modified"] += 1
+        headers = list(self.summary_headers(number, etag).items())
+        if self.unchanged(etag, None if if_none_match is None else if_none_match.decode("latin-1")):
             return _response("304 Not Modified", headers)
         return _response("200 OK", [("Content-Type", "application/json"), *headers], body)
 
@@ -138,7 +126,3 @@ class FleetResponder:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-
-    def target(self, number: int) -> AgentTarget:
-        """How the collector finds node `number`."""
-        return AgentTarget(node_id(number), f"{self.url}/n/{number}", f"host-{number}")
