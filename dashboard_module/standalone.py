@@ -20,9 +20,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ..exporter.aiohttp_serving import access_middleware, errors_as_json
+from ..exporter.aiohttp_serving import serve as start_serving
 from ..exporter.exposure import add_web_config_argument
-from ..exporter.serving import ServingLimits, errors_as_json, raise_open_file_limit
-from ..exporter.serving import serve as start_serving
+from ..exporter.serving import ServingLimits, raise_open_file_limit
 from ..exporter.web_auth import COOKIE, AccessPolicy, cluster_token, is_loopback
 from ..exporter.web_auth import presented_token as _presented
 from ..exporter.web_auth import same_secret as _valid
@@ -44,7 +45,7 @@ def token_middleware(token: str | None):
         if token is None or request.path in _PUBLIC or request.path.startswith(
                 PREFIX + "/assets/"):
             return await handler(request)
-        presented = _presented(request)
+        presented = _presented(request.headers, request.cookies)
         if presented is None:
             return error_response(401, "missing token: send Authorization: Bearer <token>")
         if not _valid(token, presented):
@@ -63,8 +64,8 @@ def build_app(api: AcceleratorsApi, token: str | None = None,
     """
     middlewares = [errors_as_json, token_middleware(token)]
     if web_config is not None:
-        middlewares.insert(0, AccessPolicy(token, "token", web_config.users,
-                                           open_paths=frozenset()).middleware())
+        middlewares.insert(0, access_middleware(AccessPolicy(token, "token", web_config.users,
+                                                             open_paths=frozenset())))
     app = web.Application(middlewares=middlewares, client_max_size=16 * 1024)
 
     async def root(request: web.Request) -> web.StreamResponse:
@@ -73,7 +74,7 @@ def build_app(api: AcceleratorsApi, token: str | None = None,
     async def authenticate(request: web.Request) -> web.StreamResponse:
         if token is None:
             return error_response(404, "token authentication is not enabled")
-        presented = _presented(request)
+        presented = _presented(request.headers, request.cookies)
         if presented is None:
             return error_response(401, "missing token: send Authorization: Bearer <token>")
         if not _valid(token, presented):

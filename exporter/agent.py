@@ -13,12 +13,12 @@ from .attribution.guard import TaskIdGuard
 from .backends import Backend, load_backends
 from .collective import CollectiveStallDetector, CollectiveStallSettings
 from .config import AgentConfig
-from .exposure import Exposure, guarded_app
+from .exposure import Exposure
 from .extensions import AgentExtension, configured_extensions
+from .httpd import Serving, serve
 from .record.history import History
 from .sampler import Sampler
 from .server import AgentHttp
-from .serving import Serving, serve
 from .simulation_marker import simulated_environment
 from .store import SnapshotStore
 
@@ -122,7 +122,7 @@ class Agent:
         self.sampler.start()
         http = AgentHttp(self.store, lambda: self.sampler.alive, history=self.history)
         await self.exposure.start()
-        self._serving = await serve(guarded_app(http.app(), self.exposure), self.config.host,
+        self._serving = await serve(self.exposure.guard(http.app()), self.config.host,
                                     self.config.port, self.config.limits,
                                     self.exposure.ssl_context)
         self.port = self._serving.port

@@ -19,8 +19,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-
+from .httpd import Handler, Request, Response
 from .web_auth import METRICS_AUTH_CHOICES, AccessPolicy, BasicUsers, cluster_token, is_loopback
 from .web_config import WebConfigError, WebConfigWatcher
 
@@ -96,8 +95,15 @@ class Exposure:
     def scheme(self) -> str:
         return "https" if self.ssl_context is not None else "http"
 
-    def middleware(self):
-        return self.policy.middleware()
+    def guard(self, handler: Handler) -> Handler:
+        """`handler` behind this exposure's access policy (JSON 401 with a challenge)."""
+        policy = self.policy
+
+        async def guarded(request: Request) -> Response:
+            refusal = await policy.refusal(request.path, request.headers, request.cookies)
+            return await handler(request) if refusal is None else refusal.response()
+
+        return guarded
 
     async def start(self) -> None:
         if self.watcher is not None:
@@ -116,13 +122,6 @@ class Exposure:
             return f"{self.scheme}, no credentials required"
         metrics = "open" if self.metrics_auth == "none" else guarded
         return f"{self.scheme}; /metrics: {metrics}; /healthz: open; other endpoints: {guarded}"
-
-
-def guarded_app(app: web.Application, exposure: Exposure | None) -> web.Application:
-    """`app` with the exposure's middleware first (no-op without exposure)."""
-    if exposure is not None:
-        app.middlewares.insert(0, exposure.middleware())
-    return app
 
 
 def add_web_config_argument(parser) -> None:

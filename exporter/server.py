@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from aiohttp import web
-
+from . import httpd
 from .health import health
+from .httpd import Request, Response, json_error, json_response
 from .record import endpoint as record_endpoint
 from .record.history import History
-from .serving import errors_as_json, json_error
 from .sinks.json import snapshot_document
 from .sinks.prometheus import PrometheusRenderer, wants_openmetrics
 from .sinks.summary import SummaryCache, summary_response
 from .store import SnapshotStore
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 ENDPOINTS = {
     "/metrics": "Prometheus text (OpenMetrics when the Accept header asks for it)",
@@ -27,7 +23,7 @@ ENDPOINTS = {
     "/api/v1/summary": "the compact node summary the head's rounds fetch (ETag, 304 when "
                        "unchanged)",
 }
-MAX_REQUEST_BYTES = 16 * 1024
+MAX_REQUEST_BYTES = httpd.MAX_REQUEST_BYTES
 
 
 # Query parameters each endpoint accepts; anything else is refused with 400.
@@ -41,16 +37,19 @@ ALLOWED_PARAMETERS: dict[str, frozenset[str]] = {
 }
 
 
-@web.middleware
-async def _known_parameters_only(request: web.Request, handler: Handler) -> web.StreamResponse:
-    allowed = ALLOWED_PARAMETERS.get(request.path)
-    if allowed is not None:
-        unknown = sorted(set(request.query) - allowed)
-        if unknown:
-            accepted = ", ".join(sorted(allowed)) or "none"
-            return json_error(400, f"unknown query parameter(s) {', '.join(unknown)} for "
-                                   f"{request.path}; accepted: {accepted}")
-    return await handler(request)
+def known_parameters_only(handler: httpd.Handler) -> httpd.Handler:
+    """`handler` behind a check that a known path is asked only its known parameters."""
+    async def checked(request: Request) -> Response:
+        allowed = ALLOWED_PARAMETERS.get(request.path)
+        if allowed is not None:
+            unknown = sorted(set(request.query) - allowed)
+            if unknown:
+                accepted = ", ".join(sorted(allowed)) or "none"
+                return json_error(400, f"unknown query parameter(s) {', '.join(unknown)} for "
+                                       f"{request.path}; accepted: {accepted}")
+        return await handler(request)
+
+    return checked
 
 
 class AgentHttp:
@@ -65,43 +64,41 @@ class AgentHttp:
         self._renderer = renderer or PrometheusRenderer()
         self._summary = SummaryCache()
 
-    def app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_as_json, _known_parameters_only],
-                              client_max_size=MAX_REQUEST_BYTES)
-        app.router.add_get("/", self.index)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/api/v1/snapshot", self.snapshot)
-        app.router.add_get(record_endpoint.PATH, record_endpoint.record_handler(self._history))
-        app.router.add_get("/api/v1/summary", self.summary)
-        return app
+    def app(self) -> httpd.Handler:
+        """The handler of every request: parameter check, then routing."""
+        router = httpd.Router()
+        router.add_get("/", self.index)
+        router.add_get("/metrics", self.metrics)
+        router.add_get("/healthz", self.healthz)
+        router.add_get("/api/v1/snapshot", self.snapshot)
+        router.add_get(record_endpoint.PATH, record_endpoint.record_handler(self._history))
+        router.add_get("/api/v1/summary", self.summary)
+        return known_parameters_only(router)
 
-    async def index(self, request: web.Request) -> web.Response:
-        return web.json_response({"service": "ray-accel agent", "endpoints": ENDPOINTS})
+    async def index(self, request: Request) -> Response:
+        return json_response({"service": "ray-accel agent", "endpoints": ENDPOINTS})
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: Request) -> Response:
         snapshot = self._store.latest
         if snapshot is None:
             return _not_ready()
         body, content_type = self._renderer.render(
             snapshot, wants_openmetrics(request.headers.get("Accept")),
-            names=frozenset(request.query.getall("name[]", [])),
+            names=frozenset(request.params("name[]")),
         )
-        response = web.Response(body=body)
-        response.headers["Content-Type"] = content_type
-        return response
+        return Response(body=body, content_type=content_type)
 
-    async def healthz(self, request: web.Request) -> web.Response:
+    async def healthz(self, request: Request) -> Response:
         body, code = health(self._store.latest, self._sampler_alive(), time.time())
-        return web.json_response(body, status=code)
+        return json_response(body, status=code)
 
-    async def snapshot(self, request: web.Request) -> web.Response:
+    async def snapshot(self, request: Request) -> Response:
         snapshot = self._store.latest
         if snapshot is None:
             return _not_ready()
-        return web.json_response(snapshot_document(snapshot), dumps=_compact_json)
+        return json_response(snapshot_document(snapshot), compact=True)
 
-    async def summary(self, request: web.Request) -> web.Response:
+    async def summary(self, request: Request) -> Response:
         snapshot = self._store.latest
         if snapshot is None:
             return _not_ready()
@@ -109,11 +106,7 @@ class AgentHttp:
                                 request.headers.get("If-None-Match"))
 
 
-def _not_ready() -> web.Response:
+def _not_ready() -> Response:
     response = json_error(503, "no sampling cycle has completed yet")
     response.headers["Retry-After"] = "1"
     return response
-
-
-def _compact_json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))

@@ -7,6 +7,10 @@ needs them whenever any credential is configured. Accepted credentials are
 `ray-authentication-token` cookie, as Ray's dashboard accepts) matching the
 cluster token, or HTTP basic auth matching a bcrypt hash of the web
 configuration file (web_config.py). Missing or wrong credentials get a JSON 401.
+
+The policy decides from a path, a case-insensitive headers mapping and the
+request's cookies, so it serves the agent's own server (exporter/httpd/) and,
+through `aiohttp_serving.access_middleware`, the standalone dashboard alike.
 """
 
 from __future__ import annotations
@@ -16,12 +20,10 @@ import base64
 import hashlib
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from aiohttp import web
-
-from .serving import Handler, json_error
+from .httpd.messages import Response, json_error
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +40,17 @@ def is_loopback(host: str) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
-def presented_token(request: web.Request) -> str | None:
-    """The bearer token a request carries (headers first, then Ray's cookie), if any."""
-    header = (request.headers.get("Authorization")
-              or request.headers.get("X-Ray-Authorization") or "")
+def presented_token(headers: Mapping[str, str], cookies: Mapping[str, str]) -> str | None:
+    """The bearer token a request carries (headers first, then Ray's cookie), if any.
+
+    `headers` must look names up case-insensitively (aiohttp's and httpd's do)."""
+    header = headers.get("Authorization") or headers.get("X-Ray-Authorization") or ""
     if header:
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "basic":
             return None
         return value.strip() if scheme.lower() == "bearer" else header.strip()
-    return request.cookies.get(COOKIE)
+    return cookies.get(COOKIE)
 
 
 def same_secret(expected: str, presented: str | None) -> bool:
@@ -110,6 +113,21 @@ class BasicUsers:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why a request is not served: its status, message and WWW-Authenticate challenge."""
+
+    message: str
+    challenge: str
+    status: int = 401
+
+    def response(self) -> Response:
+        """The JSON error answering the refused request, with its challenge."""
+        response = json_error(self.status, self.message)
+        response.headers["WWW-Authenticate"] = self.challenge
+        return response
+
+
+@dataclass(frozen=True)
 class AccessPolicy:
     """What each path requires. `users` is read on every request, so a reload takes effect."""
 
@@ -131,33 +149,26 @@ class AccessPolicy:
             return False
         return self.token is not None or bool(self.users())
 
-    async def admits(self, request: web.Request) -> bool:
-        """Whether `request` carries credentials this policy accepts."""
-        if self.token is not None and same_secret(self.token, presented_token(request)):
+    async def admits(self, headers: Mapping[str, str], cookies: Mapping[str, str]) -> bool:
+        """Whether a request with these headers and cookies carries accepted credentials."""
+        if self.token is not None and same_secret(self.token, presented_token(headers, cookies)):
             return True
         users = self.users()
-        header = request.headers.get("Authorization", "")
+        header = headers.get("Authorization", "")
         return bool(users) and bool(header) and await users.check(header)
+
+    async def refusal(self, path: str, headers: Mapping[str, str],
+                      cookies: Mapping[str, str]) -> Refusal | None:
+        """None when a request for `path` may be served, else why not."""
+        if not self.guarded(path) or await self.admits(headers, cookies):
+            return None
+        has_any = bool(headers.get("Authorization") or headers.get("X-Ray-Authorization")
+                       or cookies.get(COOKIE))
+        return Refusal("invalid credentials" if has_any else
+                       "credentials required: send Authorization: Bearer <the cluster's Ray "
+                       "token> (or basic auth where configured)", self.challenge())
 
     def challenge(self) -> str:
         schemes = (['Bearer realm="ray-accel"'] if self.token is not None else []) + (
             ['Basic realm="ray-accel"'] if self.users() else [])
         return ", ".join(schemes)
-
-    def middleware(self):
-        """The aiohttp middleware enforcing this policy."""
-        @web.middleware
-        async def require_credentials(request: web.Request, handler: Handler
-                                      ) -> web.StreamResponse:
-            if not self.guarded(request.path) or await self.admits(request):
-                return await handler(request)
-            has_any = bool(request.headers.get("Authorization")
-                           or request.headers.get("X-Ray-Authorization")
-                           or request.cookies.get(COOKIE))
-            response = json_error(401, "invalid credentials" if has_any else
-                                  "credentials required: send Authorization: Bearer <the "
-                                  "cluster's Ray token> (or basic auth where configured)")
-            response.headers["WWW-Authenticate"] = self.challenge()
-            return response
-
-        return require_credentials

@@ -44,9 +44,11 @@ sys.exit(main(["agent", "--host", "127.0.0.1", "--port", str(port), "--interval"
                *args]))
 """
 
-#: Never needed by an NVIDIA node's agent: other vendors, other subcommands, Ray itself.
+#: Never needed by an NVIDIA node's agent: other vendors, other subcommands, Ray itself,
+#: an HTTP framework (the agent serves through exporter/httpd/).
 NOT_FOR_AN_NVIDIA_AGENT = (
     "ray", "amdsmi", "opentelemetry", "yaml", "bcrypt", "grafanalib",
+    "aiohttp", "yarl", "multidict", "ray_accel.exporter.aiohttp_serving",
     "ray_accel.dashboard_module", "ray_accel.grafana", "ray_accel.demo",
     "ray_accel.exporter.backends.amd", "ray_accel.exporter.backends.tpu",
     "ray_accel.exporter.backends.neuron", "ray_accel.exporter.backends.gaudi",

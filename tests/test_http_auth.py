@@ -255,7 +255,7 @@ def test_dashboard_with_basic_auth_users_and_tls(tmp_path):
                            users={"viewer": "pw"})
 
     async def go():
-        from ray_accel.exporter.serving import serve
+        from ray_accel.exporter.aiohttp_serving import serve
         from ray_accel.exporter.web_config import WebConfigWatcher
 
         async def nobody():

@@ -1,7 +1,8 @@
 """The agent's HTTP surface refuses bad input with clear JSON errors and changes nothing.
 
-The server runs in-process over a fixed snapshot (real aiohttp, real sockets);
-hypothesis generates paths, query strings, methods and headers.
+The agent's server (exporter/httpd/) runs in-process over a fixed snapshot, asked
+by aiohttp's client over real sockets; hypothesis generates paths, query strings,
+methods and headers.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from dataclasses import replace
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from snapshots import sample_snapshot
 
+from ray_accel.exporter.httpd import serve
 from ray_accel.exporter.server import ALLOWED_PARAMETERS, AgentHttp
 from ray_accel.exporter.store import SnapshotStore
 
@@ -36,18 +37,22 @@ def loop():
 def client(loop):
     store = SnapshotStore()
     store.publish(replace(sample_snapshot(), taken_at=time.time()))
-    app = AgentHttp(store, lambda: True).app()
-    test_client = TestClient(TestServer(app), loop=loop)
-    loop.run_until_complete(test_client.start_server())
-    yield test_client, store, loop
-    loop.run_until_complete(test_client.close())
+
+    async def start():
+        serving = await serve(AgentHttp(store, lambda: True).app(), "127.0.0.1", 0)
+        return serving, aiohttp.ClientSession(serving.url)
+
+    serving, session = loop.run_until_complete(start())
+    yield session, store, loop
+    loop.run_until_complete(session.close())
+    loop.run_until_complete(serving.close())
 
 
 def call(client, method: str, path: str, **kwargs) -> tuple[int, dict, bytes]:
-    test_client, _, loop = client
+    session, _, loop = client
 
     async def go():
-        async with test_client.request(method, path, allow_redirects=False, **kwargs) as reply:
+        async with session.request(method, path, allow_redirects=False, **kwargs) as reply:
             return reply.status, dict(reply.headers), await reply.read()
 
     return loop.run_until_complete(go())

@@ -1,9 +1,9 @@
 """Serving limits (exporter/serving.py) on the agent's and the standalone dashboard's apps.
 
-Real sockets against the real aiohttp server: slow-header clients are cut off
-after the header timeout while a normal client keeps getting /metrics; the
-connection cap holds; what aiohttp's parser refuses comes back as JSON and is
-logged once, without a traceback.
+Real sockets against the agent's own server (exporter/httpd/) and the dashboard's
+aiohttp one: slow-header clients are cut off after the header timeout while a
+normal client keeps getting /metrics; the connection cap holds; what the parsers
+refuse comes back as JSON and is logged once, without a traceback.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from snapshots import sample_snapshot
 from ray_accel.dashboard_module.api import PREFIX, AcceleratorsApi
 from ray_accel.dashboard_module.collector import Collector
 from ray_accel.dashboard_module.standalone import build_app
+from ray_accel.exporter import aiohttp_serving
+from ray_accel.exporter.httpd import serve
 from ray_accel.exporter.server import AgentHttp
-from ray_accel.exporter.serving import Serving, ServingLimits, serve
+from ray_accel.exporter.serving import ServingLimits
 from ray_accel.exporter.store import SnapshotStore
 
 SLOW_CLIENTS = 300
@@ -181,8 +183,10 @@ MALFORMED = [
 @pytest.mark.parametrize("which", ["agent", "dashboard"])
 def test_parser_errors_are_json_and_logged_once(which, caplog):
     async def go():
-        app = _agent_app() if which == "agent" else await _dashboard_app()
-        serving: Serving = await serve(app, "127.0.0.1", 0, ServingLimits())
+        if which == "agent":
+            serving = await serve(_agent_app(), "127.0.0.1", 0, ServingLimits())
+        else:
+            serving = await aiohttp_serving.serve(await _dashboard_app(), "127.0.0.1", 0)
         try:
             return [await _raw(serving.port, MALFORMED[i % len(MALFORMED)]) for i in range(50)]
         finally:
@@ -203,7 +207,7 @@ def test_parser_errors_are_json_and_logged_once(which, caplog):
 
 def test_dashboard_refuses_other_methods_as_json():
     async def go():
-        serving = await serve(await _dashboard_app(), "127.0.0.1", 0)
+        serving = await aiohttp_serving.serve(await _dashboard_app(), "127.0.0.1", 0)
         try:
             async with aiohttp.ClientSession() as session:
                 answers = []

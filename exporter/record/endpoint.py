@@ -10,13 +10,9 @@ on the first request, so an agent nobody asks for a recording does not hold it.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Awaitable, Callable
-
-from aiohttp import web
 
 from ..backends.calls import CALL_CPU_S
-from ..serving import json_error
+from ..httpd import Handler, Request, Response, json_error, json_response
 from .command import parse_duration
 from .history import History
 
@@ -26,15 +22,15 @@ DESCRIPTION = ("the last minutes of this node as a scenario file (?last=10m; rep
                "ray-accel agent --simulate FILE)")
 
 
-def record_handler(history: History) -> Callable[[web.Request], Awaitable[web.Response]]:
+def record_handler(history: History) -> Handler:
     """The handler serving `history` as a scenario."""
 
-    async def record(request: web.Request) -> web.Response:
+    async def record(request: Request) -> Response:
         try:
-            last_s = parse_duration(request.query.get("last", "10m"))
+            last_s = parse_duration(request.param("last", "10m"))
         except ValueError as error:
             return json_error(400, f"last: {error}")
-        identities = request.query.get("identities", "replace")
+        identities = request.param("identities", "replace")
         if identities not in ("keep", "replace"):
             return json_error(400, f"identities: {identities!r} is not keep or replace")
         recording = history.recording(last_s)
@@ -46,6 +42,6 @@ def record_handler(history: History) -> Callable[[web.Request], Awaitable[web.Re
                 call_costs={k: list(v) for k, v in CALL_CPU_S.items()})
         except NothingRecorded as error:
             return json_error(404, f"{error} in the last {last_s:g} s")
-        return web.json_response(document, dumps=lambda v: json.dumps(v, separators=(",", ":")))
+        return json_response(document, compact=True)
 
     return record

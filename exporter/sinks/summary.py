@@ -19,8 +19,7 @@ import json
 import threading
 from typing import Any
 
-from aiohttp import web
-
+from ..httpd import Response
 from ..model import NodeSnapshot
 from ..node_transfers import is_empty
 from ..node_view import CYCLE_HEADER, SUMMARY_KIND, TAKEN_AT_HEADER, reduce_snapshot
@@ -132,11 +131,11 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
 
 
 def summary_response(encoded: tuple[bytes, str], snapshot: NodeSnapshot,
-                     if_none_match: str | None) -> web.Response:
+                     if_none_match: str | None) -> Response:
     """200 with the body, or 304 without one when the client holds this version already."""
     body, etag = encoded
     headers = {"ETag": etag, "Cache-Control": "no-cache",
                TAKEN_AT_HEADER: repr(snapshot.taken_at), CYCLE_HEADER: str(snapshot.cycle)}
     if _matches(if_none_match, etag):
-        return web.Response(status=304, headers=headers)
-    return web.Response(body=body, content_type="application/json", headers=headers)
+        return Response(status=304, headers=headers)
+    return Response(body=body, content_type="application/json", headers=headers)
