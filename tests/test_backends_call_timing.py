@@ -87,3 +87,33 @@ def test_a_call_slow_only_by_the_wall_clock_is_never_reused():
         answers.append(calls.invoke(sleeps, "sleeps", ()))
     assert len(set(answers)) == 6
     assert calls.reused == []
+
+
+def test_calls_timed_by_the_wall_clock_still_count_in_the_cost_table():
+    costs: dict[str, list[float]] = {}
+    calls = VendorCalls(ErrorTally(), slow_call_cpu_s=THRESHOLD_S, clock=SteppedClock(),
+                        call_costs=costs)
+    for _ in range(200):
+        calls.invoke(lambda: 1, "fast", ())
+    count, seconds = costs["fast"]
+    # each call counted with its wall time, short of a few the machine preempted (not known)
+    assert 150 <= count <= 200 and 0 < seconds <= count * THRESHOLD_S
+
+
+def test_a_fast_call_that_fails_is_scoped_and_answers_again_after():
+    calls = _calls(SteppedClock())
+    failing = [False]
+
+    def answer() -> int:
+        if failing[0]:
+            raise RuntimeError("the driver failed")
+        return 7
+
+    assert [calls.invoke(answer, "flaky", ()) for _ in range(5)] == [7] * 5
+    calls.begin_cycle()
+    failing[0] = True
+    assert calls.invoke(answer, "flaky", ()) is None
+    assert calls.cycle_errors == {"flaky": "runtimeerror"} and calls.unsupported == {}
+    calls.begin_cycle()
+    failing[0] = False
+    assert calls.invoke(answer, "flaky", ()) == 7 and calls.cycle_errors == {}

@@ -39,6 +39,8 @@ from typing import Any
 
 from ..model import Reading
 
+perf_counter = time.perf_counter
+
 log = logging.getLogger(__name__)
 
 FUNCTION_NOT_FOUND = "function_not_found"
@@ -155,9 +157,9 @@ class VendorCalls(CallErrors):
         self._costs = call_costs  # function -> [calls answered, thread CPU seconds]
         self._timed = slow_call_cpu_s is not None or call_costs is not None
         self._reused: dict[str, tuple[float, Any]] = {}  # name -> (reuse until, answer)
-        # Calls whose last timing was within the slow threshold: timed by the wall clock only
-        # (see `_remember`).
-        self._fast: set[str] = set()
+        # Calls whose last timing was within the slow threshold, with their function's
+        # entry in the cost table: timed by the wall clock only (see `_remember`).
+        self._fast: dict[str, list[float]] = {}
         self._slow_streak: dict[str, int] = {}  # name -> slow answers in a row
 
     def error_code(self, error: BaseException) -> Any:
@@ -178,60 +180,78 @@ class VendorCalls(CallErrors):
         `empty_on` are normal answers meaning "nothing to report" and return
         `empty` without counting an error.
         """
-        name = function + (f"[{key}]" if key else "")
+        name = function + f"[{key}]" if key else function
         if name in self._unsupported:
             return None
+        cost = self._fast.get(name)
+        if cost is not None:  # fast last time: not reused, timed by the wall clock alone
+            wall_before = perf_counter()
+            try:
+                answer = fn(*args)
+            except Exception as error:  # the vendor's own errors and its binding's
+                answer = self._answer_to(error, name, function, empty_on, empty)
+                if answer is None:
+                    return None
+            spent = perf_counter() - wall_before
+            if spent <= self._fast_within:
+                cost[0] += 1
+                cost[1] += spent
+            else:  # it may have been slow: timed on the CPU clock from its next call
+                del self._fast[name]
+            return answer
         now = 0.0
         if self._slow_call_cpu_s is not None:  # slow answers may be reused
             now = self._clock()
             reused = self._reused.get(name)
             if reused is not None and now < reused[0]:
                 return reused[1]
-        cpu_before = (time.thread_time() if self._timed and name not in self._fast else None)
-        wall_before = time.perf_counter()
+        cpu_before = time.thread_time() if self._timed else 0.0
+        wall_before = perf_counter()
         try:
             answer = fn(*args)
         except Exception as error:  # the vendor's own errors and its binding's
-            if isinstance(error, self.vendor_error):
-                if empty_on and self.error_code(error) in empty_on:
-                    answer = empty
-                else:
-                    self.failed(name, function, self.failure(error))
-                    return None
-            else:
-                self.failed(name, function, wrapper_failure(error))
+            answer = self._answer_to(error, name, function, empty_on, empty)
+            if answer is None:
                 return None
         if self._timed:
             self._remember(name, function, now, (cpu_before, wall_before), every_cycle,
                            answer)
         return answer
 
+    def _answer_to(self, error: Exception, name: str, function: str,
+                   empty_on: Collection[Any], empty: Any) -> Any | None:
+        """The answer a failed call stands for: `empty` for a code in `empty_on`, else None
+        (the failure scoped)."""
+        if isinstance(error, self.vendor_error):
+            if empty_on and self.error_code(error) in empty_on:
+                return empty
+            self.failed(name, function, self.failure(error))
+        else:
+            self.failed(name, function, wrapper_failure(error))
+        return None
+
     def _remember(self, name: str, function: str, now: float,
-                  started: tuple[float | None, float], every_cycle: bool, answer: Any) -> None:
+                  started: tuple[float, float], every_cycle: bool, answer: Any) -> None:
         """Keeps a slow call's answer for reuse; forgets it once the call is fast again.
 
         `started` is (thread CPU time, wall time) before the call. A call whose wall time
         is within the slow threshold spent at most that much CPU, so its wall time stands
         for its CPU time, and a call that was fast last time is timed by the wall clock
-        alone: the thread's CPU time is a system call (microseconds, on each of a cycle's
-        calls). One of those that takes longer than the threshold by the wall clock is
-        timed on the CPU clock again from its next call (this one's CPU is not known, so
-        it neither counts as slow nor in the costs).
+        alone (`invoke`'s first path): the thread's CPU time is a system call
+        (microseconds, on each of a cycle's calls). One of those that takes longer than
+        the threshold by the wall clock is timed here, on the CPU clock, from its next
+        call (that one's CPU is not known, so it neither counts as slow nor in the costs).
         """
         cpu_before, wall_before = started
-        spent = time.perf_counter() - wall_before
+        spent = perf_counter() - wall_before
         threshold = self._fast_within
         if spent > threshold:
-            if cpu_before is None:
-                self._fast.discard(name)
-                return
             spent = time.thread_time() - cpu_before
+        cost = self._cost_of(function)
+        cost[0] += 1
+        cost[1] += spent
         if spent <= threshold:
-            self._fast.add(name)
-        if self._costs is not None:
-            cost = self._costs.setdefault(function, [0, 0.0])
-            cost[0] += 1
-            cost[1] += spent
+            self._fast[name] = cost
         if every_cycle or self._slow_call_cpu_s is None or spent <= self._slow_call_cpu_s:
             self._slow_streak.pop(name, None)
             self._reused.pop(name, None)
@@ -243,6 +263,12 @@ class VendorCalls(CallErrors):
                 log.info("%s took %.2f ms of CPU: its answers are reused for %g s", name,
                          spent * 1e3, self._slow_reuse_s)
             self._reused[name] = (now + self._slow_reuse_s, answer)
+
+    def _cost_of(self, function: str) -> list[float]:
+        """`function`'s [calls, CPU seconds] in the cost table (a private pair without one)."""
+        if self._costs is None:
+            return [0, 0.0]
+        return self._costs.setdefault(function, [0, 0.0])
 
     @property
     def reused(self) -> list[str]:

@@ -97,8 +97,7 @@ class DeviceCalls(VendorCalls):
         an idle GPU) and return `empty` without counting an error. A slow call's
         answer is reused for a while unless `every_cycle` (see the module's doc).
         """
-        return self.invoke(fn, fn.__name__, args, key=key, empty_on=empty_on, empty=empty,
-                           every_cycle=every_cycle)
+        return self.invoke(fn, fn.__name__, args, key, empty_on, empty, every_cycle)
 
     def first_of(self, *calls: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any | None:
         """The first call in `calls` that answers; for functions renamed across drivers."""
