@@ -294,8 +294,9 @@ CATALOG: tuple[MetricSpec, ...] = (
           "version", "remote_type", "remote_pci_bus_id", "peer_uuid", scope=Scope.LINK),
     _gauge(PCIE_GENERATION, "",
            "PCIe link generation, current and the most the device and slot support; current "
-           "below max under load means a downtrained link.", "state"),
-    _gauge(PCIE_WIDTH, "{lane}", "PCIe link width in lanes, current and max.", "state"),
+           "below max under load means a downtrained link.", "state", cadence=Cadence.SLOW),
+    _gauge(PCIE_WIDTH, "{lane}", "PCIe link width in lanes, current and max.", "state",
+           cadence=Cadence.SLOW),
     _gauge(PCIE_THROUGHPUT, "By/s",
            "Bytes per second the device moved over its PCIe host link, by direction (transmit, "
            "receive), as the device measures it: NVIDIA GPM over the interval since the "
@@ -311,30 +312,31 @@ CATALOG: tuple[MetricSpec, ...] = (
           "(NV# for # direct or switched NVLinks, PIX, PXB, PHB, NODE, SYS), and whether "
           "peer-to-peer access works.",
           "peer_uuid", "peer_index", "connection", "p2p"),
-    # NVLink fabric (NVSwitch systems: GB200/GB300 NVL72, HGX B200), read every cycle
+    # NVLink fabric (NVSwitch systems: GB200/GB300 NVL72, HGX B200), read on the slow cadence
     _gauge(FABRIC_STATE, "",
            "NVLink fabric registration state of the GPU (nvmlGpuFabricState_t): 1 not "
            "started, 2 in progress, 3 completed; absent where the GPU has no NVLink fabric.",
-           valid=ValidRange(1, 3)),
+           valid=ValidRange(1, 3), cadence=Cadence.SLOW),
     _gauge(FABRIC_STATUS, "",
            "Result of the GPU's fabric registration as an NVML return code: 0 success, "
            "anything else the error it failed with (meaningful once the state is completed).",
-           valid=ValidRange(0, 999)),
+           valid=ValidRange(0, 999), cadence=Cadence.SLOW),
     _gauge(FABRIC_HEALTH_SUMMARY, "",
            "The driver's summary of the GPU's fabric health: 1 healthy, 2 unhealthy, 3 "
-           "limited capacity; absent where not reported.", valid=ValidRange(1, 3)),
+           "limited capacity; absent where not reported.", valid=ValidRange(1, 3),
+           cadence=Cadence.SLOW),
     _gauge(FABRIC_HEALTH_ISSUE, "",
            "1 while the fabric health mask reports the given issue (degraded_bandwidth, "
            "route_recovery, route_unhealthy, access_timeout_recovery, "
            "incorrect_configuration, partition_unassigned, gfm_disconnected), 0 while it "
            "reports the field fine; absent where the field is not supported.", "field",
-           valid=FLAG),
+           valid=FLAG, cadence=Cadence.SLOW),
     _info(FABRIC_INFO,
           "The GPU's NVLink fabric: cluster UUID and clique (its NVLink domain), and the "
           "names of its state, registration status, health summary and incorrect "
           "configuration reason (none when correct).",
           "cluster_uuid", "clique_id", "state", "status", "health_summary",
-          "incorrect_configuration"),
+          "incorrect_configuration", cadence=Cadence.SLOW),
     _gauge(DEVICE_ALLOCATED, "1",
            "Fraction of the device Ray's scheduler has assigned to workers, all together."),
     # Ray workers and processes on devices

@@ -29,7 +29,8 @@ class Cadence(enum.Enum):
     `--slow-read-interval` seconds (`SLOW_READ_INTERVAL_S` by default), each device
     at its own point of that interval, and the last values exported in between
     with their age (`ray.accelerator.device.slow_values.age`): counters whose rate
-    Prometheus computes, error counts and board state that change rarely. RARE: every
+    Prometheus computes, error counts and board state that change rarely (PCIe link
+    generation and width, NVLink fabric state and health). RARE: every
     `RARE_READ_EVERY` slow intervals (20 s by default), the same way, with their own
     age (`ray.accelerator.device.rare_values.age`): the energy counter, whose read costs
     a real H200's driver about 5 ms of CPU.
@@ -227,6 +228,7 @@ def counter(name: str, unit: str, description: str, *labels: str, scope: Scope =
     return MetricSpec(name, Kind.COUNTER, unit, scope, description, labels, valid, cadence)
 
 
-def info(name: str, description: str, *labels: str, scope: Scope = Scope.DEVICE) -> MetricSpec:
+def info(name: str, description: str, *labels: str, scope: Scope = Scope.DEVICE,
+         cadence: Cadence = Cadence.CYCLE) -> MetricSpec:
     """An info metric's entry: its value is 1, its labels carry the facts."""
-    return MetricSpec(name, Kind.INFO, "", scope, description, labels)
+    return MetricSpec(name, Kind.INFO, "", scope, description, labels, cadence=cadence)

@@ -1,6 +1,7 @@
 """The NVIDIA backend's slow and rare cadences (exporter/backends/nvidia/cadence.py).
 
-Values the catalog marks `Cadence.SLOW` (error counters, link states...) are read
+Values the catalog marks `Cadence.SLOW` (error counters, link states, PCIe link
+generation and width, NVLink fabric state and health...) are read
 on a device's first cycle and then every `slow_read_interval_s`, each GPU at its
 own point of the interval; the energy counter (`Cadence.RARE`) the same way every
 `RARE_READ_EVERY` intervals. In between their last values are exported with
@@ -280,7 +281,8 @@ def test_every_slow_probe_metric_is_slow_in_the_catalog_and_no_cycle_probe_metri
                 for r in probe(tracked.calls, tracked.handle, state)}
     finally:
         backend.close()
-    assert {m.POWER_LIMIT, m.HW_ERRORS} <= slow and rare == {m.ENERGY}
+    assert {m.POWER_LIMIT, m.HW_ERRORS, m.FABRIC_STATE, m.FABRIC_INFO} <= slow
+    assert rare == {m.ENERGY}
     assert all(m.spec(metric).cadence is m.Cadence.SLOW for metric in slow)
     assert all(m.spec(metric).cadence is m.Cadence.RARE for metric in rare)
     assert all(m.spec(metric).cadence is m.Cadence.CYCLE for metric in every)
@@ -411,3 +413,46 @@ def test_on_gpm_gpus_link_counters_are_read_when_due_and_stalls_judged_on_gpm(no
             assert ages[second] == ages[second - 1] + 1.0
             assert _link_values(seven[second], m.LINK_IO) == _link_values(seven[second - 1],
                                                                           m.LINK_IO)
+
+
+FABRIC_CALL = "nvmlDeviceGetGpuFabricInfoV"
+PCIE_CALLS = ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth")
+
+
+def _downtrain_and_degrade(doc: dict) -> None:
+    """GPU 0's PCIe link trains down to gen 4 x8 and its NVLink fabric turns unhealthy."""
+    gpu = doc["devices"][0]
+    gpu["pcie_link"] = {"gen_current": 4, "gen_max": 5, "width_current": 8, "width_max": 16}
+    gpu["fabric"] = {**gpu["fabric"], "health_summary": "UNHEALTHY"}
+
+
+def test_fabric_and_pcie_link_state_are_read_on_the_slow_cadence(node, nvml_calls):
+    clock = SteppedClock(1000.0)
+    backend, devices = _opened(clock)
+    gpu = devices[0]
+    try:
+        handle = backend._tracked[gpu.uuid].handle
+        samples, calls = [], []
+        for second in (0, 1, 2, 9, 10):
+            if second == 2:  # changed between GPU 0's slow reads (at 0 and 10 s)
+                node.modify(_downtrain_and_degrade)
+                deadline = time.monotonic() + 30
+                while (pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) != 4
+                       and time.monotonic() < deadline):
+                    time.sleep(0.02)  # the fake takes up a changed scenario within 10 ms
+            clock.now = 1000.0 + second
+            before = Counter(nvml_calls)
+            samples.append(backend.sample(gpu))
+            calls.append([nvml_calls[name] - before[name] for name in (FABRIC_CALL, *PCIE_CALLS)])
+    finally:
+        backend.close()
+    assert calls == [[1, 1, 1], [0, 0, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1]]
+    generation = [_value(s, m.PCIE_GENERATION, state=m.PCIE_CURRENT) for s in samples]
+    width = [_value(s, m.PCIE_WIDTH, state=m.PCIE_CURRENT) for s in samples]
+    summary = [_value(s, m.FABRIC_HEALTH_SUMMARY) for s in samples]
+    # as last read until the next slow read, which sees the change; the age says how old
+    assert generation == [5.0, 5.0, 5.0, 5.0, 4.0] and width == [16.0] * 4 + [8.0]
+    assert summary == [None, None, None, None, 2.0]  # the scenario's GPUs report none before
+    assert all(_value(s, m.FABRIC_STATE) == 3.0 for s in samples)  # registered all along
+    assert [_value(s, m.SLOW_VALUES_AGE) for s in samples] == [0.0, 1.0, 2.0, 9.0, 0.0]
+    assert all(_value(s, m.PCIE_GENERATION, state=m.PCIE_MAX) == 5.0 for s in samples)

@@ -3,13 +3,14 @@
 What a link connects to is read once, when the device is discovered. A cycle
 then reads the device's link counters in one `nvmlDeviceGetFieldValues` call
 (each value carries its own status, so an unsupported counter costs only
-itself), plus the current PCIe link generation and width. The byte counters
+itself). The byte counters
 are read every cycle, or, where GPM measures every link's rate this cycle,
 only when due (counter_reads.py), and exported as last read in between with
 their age (the collective-stall detector then takes the links' rates from GPM's
 readings: exporter/collective.py). The NVLink error counters join
-the call, and the link states are read, on the device's slow cadence
-(cadence.py), and are exported as last read in between.
+the call, and the link states and the current PCIe link generation and width
+are read, on the device's slow cadence (cadence.py), and are exported as last
+read in between.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class LinkLayout:
     nvlinks: tuple[NvLinkFacts, ...] = ()
     peer_uuids: dict[int, str] = field(default_factory=dict)  # NVLink index -> GPU at its end
     pcie_max: tuple[Reading, ...] = ()
+    pcie_current: tuple[Reading, ...] = ()  # generation and width, as last read (slow cadence)
     meanings: list[_Meaning] = field(default_factory=list)  # in `slow_values` order
     unwrapper: CounterUnwrapper = field(default_factory=CounterUnwrapper)
     cycle_values: Any = field(default=None, repr=False)
@@ -290,10 +292,11 @@ def _slow_link_readings(calls: DeviceCalls, handle: Any, nvlink: NvLinkFacts,
 
 
 def _pcie_current(calls: DeviceCalls, handle: Any) -> Iterator[Reading]:
-    generation = calls.call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)
+    """The PCIe link's current generation and width (slow cadence)."""
+    generation = calls.call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle, every_cycle=True)
     if generation is not None:
         yield reading(m.PCIE_GENERATION, generation, state=m.PCIE_CURRENT)
-    width = calls.call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
+    width = calls.call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle, every_cycle=True)
     if width is not None:
         yield reading(m.PCIE_WIDTH, width, state=m.PCIE_CURRENT)
 
@@ -323,8 +326,9 @@ def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool =
                now: float = 0.0) -> tuple[tuple[Link, ...], tuple[Reading, ...]]:
     """This cycle's links (NVLinks, then the PCIe host link) and the device's PCIe readings.
 
-    With `slow`, the slow-cadence link values are read too and kept in `layout`
-    (`slow_readings`); without it the ones last read are exported again. With
+    With `slow`, the slow-cadence link values (and the PCIe link's current generation and
+    width) are read too and kept in `layout`; without it the ones last read are exported
+    again. With
     `measured`, the link rates GPM measured this cycle, the byte counters are read
     only when due (counter_reads.py; `now` is the backend's clock), else exported
     as last read, with their age.
@@ -334,10 +338,12 @@ def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool =
         layout.built = None
     else:
         byte_readings, read_at = layout.byte_readings, layout.bytes_read_at
+    if slow:
+        layout.pcie_current = tuple(_pcie_current(calls, handle))
     if layout.built is None or layout.built[1] != layout.peer_uuids:
         layout.built = (_links(layout, byte_readings, read_at), dict(layout.peer_uuids))
     age = layout.schedule.age(now)
-    return layout.built[0], (*_pcie_current(calls, handle), *layout.pcie_max,
+    return layout.built[0], (*layout.pcie_current, *layout.pcie_max,
                              *(() if age is None else (age,)))
 
 

@@ -195,10 +195,10 @@ def activity(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Rea
 
 
 DEVICE_PROBES: tuple[Probe, ...] = (
-    utilization, memory, power, temperature, clocks, throttling, activity, fabric,
+    utilization, memory, power, temperature, clocks, throttling, activity,
 )
 # Read on the slow cadence (cadence.py); every metric they yield is `Cadence.SLOW` in the catalog.
-SLOW_PROBES: tuple[Probe, ...] = (power_limit, errors, memory_health)
+SLOW_PROBES: tuple[Probe, ...] = (power_limit, errors, memory_health, fabric)
 # Read on the rare cadence; every metric they yield is `Cadence.RARE` in the catalog.
 RARE_PROBES: tuple[Probe, ...] = (energy,)
 
