@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import pynvml
@@ -21,7 +21,13 @@ from .cadence import DEFAULT_INTERVAL_S, SlowReads, rare_reads
 from .calls import DeviceCalls
 from .fabric import fabric
 from .gpm import GpmActivity
-from .process_samples import SampleBuffer, nvmlDeviceGetProcessUtilization
+from .process_samples import (
+    SampleBuffer,
+    nvmlDeviceGetComputeRunningProcesses,
+    nvmlDeviceGetGraphicsRunningProcesses,
+    nvmlDeviceGetProcessUtilization,
+    process_buffer,
+)
 
 MHZ = 1_000_000
 
@@ -57,41 +63,53 @@ class DeviceState:
     slow: SlowReads = field(default_factory=SlowReads)
     rare: SlowReads = field(default_factory=partial(rare_reads, DEFAULT_INTERVAL_S, 0.0))
     process_samples: SampleBuffer = field(default_factory=SampleBuffer)
+    compute_processes: SampleBuffer = field(default_factory=process_buffer)
+    graphics_processes: SampleBuffer = field(default_factory=process_buffer)
 
 
 Probe = Callable[[DeviceCalls, Any, DeviceState], Iterable[Reading]]
 
 
-def utilization(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Reading]:
+# The labels of the every-cycle probes' readings, built once (a cycle makes a hundred of them).
+_GENERAL, _GPU_SENSOR = (("task", m.TASK_GENERAL),), (("sensor", "gpu"),)
+_SM, _MEMORY, _ENCODER, _DECODER = ((("engine", engine),) for engine in (
+    m.ENGINE_SM, m.ENGINE_MEMORY, m.ENGINE_ENCODER, m.ENGINE_DECODER))
+_CODECS = ((pynvml.nvmlDeviceGetEncoderUtilization, (("task", m.TASK_ENCODER),)),
+           (pynvml.nvmlDeviceGetDecoderUtilization, (("task", m.TASK_DECODER),)))
+
+
+def utilization(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Reading]:
+    found = []
     rates = nvml.call(pynvml.nvmlDeviceGetUtilizationRates, handle)
-    state.extra["utilization"] = rates.gpu / 100 if rates is not None else None  # for activity
+    busy = None
     if rates is not None:
-        yield reading(m.GPU_UTILIZATION, rates.gpu / 100, task=m.TASK_GENERAL)
-        yield reading(m.MEMORY_BANDWIDTH_UTILIZATION, rates.memory / 100)
-    for task, fn in ((m.TASK_ENCODER, pynvml.nvmlDeviceGetEncoderUtilization),
-                     (m.TASK_DECODER, pynvml.nvmlDeviceGetDecoderUtilization)):
+        busy = rates.gpu / 100
+        found.append(Reading(m.GPU_UTILIZATION, busy, _GENERAL))
+        found.append(Reading(m.MEMORY_BANDWIDTH_UTILIZATION, rates.memory / 100))
+    state.extra["utilization"] = busy  # for activity
+    for fn, labels in _CODECS:
         answer = nvml.call(fn, handle)
         if answer is not None:
-            yield reading(m.GPU_UTILIZATION, answer[0] / 100, task=task)
+            found.append(Reading(m.GPU_UTILIZATION, answer[0] / 100, labels))
+    return found
 
 
-def memory(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
+def memory(nvml: DeviceCalls, handle: Any, _: DeviceState) -> list[Reading]:
     info = nvml.call(pynvml.nvmlDeviceGetMemoryInfo, handle, pynvml.nvmlMemory_v2, key="v2")
     if info is None:
         info = nvml.call(pynvml.nvmlDeviceGetMemoryInfo, handle)
     if info is None:
-        return
-    yield reading(m.MEMORY_USAGE, info.used)
-    yield reading(m.MEMORY_LIMIT, info.total)
+        return []
+    found = [Reading(m.MEMORY_USAGE, float(info.used)), Reading(m.MEMORY_LIMIT, float(info.total))]
     reserved = getattr(info, "reserved", None)
     if reserved is not None:
-        yield reading(m.MEMORY_RESERVED, reserved)
+        found.append(Reading(m.MEMORY_RESERVED, float(reserved)))
+    return found
 
 
-def power(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
+def power(nvml: DeviceCalls, handle: Any, _: DeviceState) -> tuple[Reading, ...]:
     milliwatts = nvml.call(pynvml.nvmlDeviceGetPowerUsage, handle)
-    if milliwatts is not None:
-        yield reading(m.POWER, milliwatts / 1000)
+    return () if milliwatts is None else (Reading(m.POWER, milliwatts / 1000),)
 
 
 # The slow-cadence probes (cadence.py) call with `every_cycle=True`: their cadence decides
@@ -113,20 +131,22 @@ def energy(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
         yield reading(m.ENERGY, millijoules / 1000)
 
 
-def temperature(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
+def temperature(nvml: DeviceCalls, handle: Any, _: DeviceState) -> tuple[Reading, ...]:
     celsius = nvml.call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
-    if celsius is not None:
-        yield reading(m.TEMPERATURE, celsius, sensor="gpu")
+    return () if celsius is None else (Reading(m.TEMPERATURE, float(celsius), _GPU_SENSOR),)
 
 
 _CLOCK_DOMAINS = ((m.CLOCK_SM, pynvml.NVML_CLOCK_SM), (m.CLOCK_MEMORY, pynvml.NVML_CLOCK_MEM))
+_CLOCK_LABELS = tuple((domain, clock_type, (("clock", domain),))
+                      for domain, clock_type in _CLOCK_DOMAINS)
 
 
-def clocks(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Reading]:
-    for domain, clock_type in _CLOCK_DOMAINS:
+def clocks(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Reading]:
+    found = []
+    for domain, clock_type, labels in _CLOCK_LABELS:
         mhz = nvml.call(pynvml.nvmlDeviceGetClockInfo, handle, clock_type, key=domain)
         if mhz is not None:
-            yield reading(m.CLOCK_FREQUENCY, mhz * MHZ, clock=domain)
+            found.append(Reading(m.CLOCK_FREQUENCY, float(mhz * MHZ), labels))
     if state.static_readings is None:
         # Maximum clocks never change while the driver is loaded: read them once.
         state.static_readings = tuple(
@@ -135,20 +155,26 @@ def clocks(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Readi
             if (mhz := nvml.call(pynvml.nvmlDeviceGetMaxClockInfo, handle, clock_type,
                                  key=domain)) is not None
         )
-    yield from state.static_readings
+    found.extend(state.static_readings)
+    return found
 
 
-def throttling(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
+@lru_cache(maxsize=64)
+def _throttle_readings(reasons: int) -> tuple[Reading, ...]:
+    """Each reason's reading for a clock-event reasons mask (a device has few masks)."""
+    return tuple(held if reasons & bit else free for bit, held, free in _THROTTLE_READINGS)
+
+
+def throttling(nvml: DeviceCalls, handle: Any, _: DeviceState) -> list[Reading]:
     reasons = nvml.first_of(
         (pynvml.nvmlDeviceGetCurrentClocksEventReasons, (handle,)),
         (pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, (handle,)),
     )
-    if reasons is not None:
-        for bit, held, free in _THROTTLE_READINGS:
-            yield held if reasons & bit else free
+    found = [] if reasons is None else list(_throttle_readings(reasons))
     pstate = nvml.call(pynvml.nvmlDeviceGetPerformanceState, handle)
     if pstate is not None and pstate != pynvml.NVML_PSTATE_UNKNOWN:
-        yield reading(m.PERFORMANCE_STATE, pstate)
+        found.append(Reading(m.PERFORMANCE_STATE, float(pstate)))
+    return found
 
 
 def errors(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
@@ -203,35 +229,51 @@ SLOW_PROBES: tuple[Probe, ...] = (power_limit, errors, memory_health, fabric)
 RARE_PROBES: tuple[Probe, ...] = (energy,)
 
 
+_PROCESSES = "processes"  # DeviceState.extra key: the last answers and the samples made of them
+
+
 def processes(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[ProcessSample, ...]:
-    """Processes holding a context on the device, with memory and engine use."""
+    """Processes holding a context on the device, with memory and engine use.
+
+    The samples are made again only when the driver's answers change (a process list,
+    or the utilization samples, which are reused while that call is slow)."""
+    lists = (nvml.call(nvmlDeviceGetComputeRunningProcesses, handle, state.compute_processes),
+             nvml.call(nvmlDeviceGetGraphicsRunningProcesses, handle, state.graphics_processes))
+    if not (lists[0] or lists[1]):
+        return ()
+    # NVML keeps a buffer of samples; asking with the newest timestamp seen so
+    # far returns only new ones. NotFound means no process was busy since then.
+    found = nvml.call(nvmlDeviceGetProcessUtilization, handle, state.last_process_sample_us,
+                      state.process_samples, empty_on=_NOT_FOUND, empty=[])
+    answers = (lists, found)
+    last = state.extra.get(_PROCESSES)
+    if last is None or last[0] != answers:
+        last = state.extra[_PROCESSES] = (answers, _process_samples(lists, found, state))
+    return last[1]
+
+
+def _process_samples(lists: tuple[Any, Any], found: Any,
+                     state: DeviceState) -> tuple[ProcessSample, ...]:
     memory_by_pid: dict[int, float | None] = {}
-    for fn in (pynvml.nvmlDeviceGetComputeRunningProcesses,
-               pynvml.nvmlDeviceGetGraphicsRunningProcesses):
-        for proc in nvml.call(fn, handle) or ():
+    for listed in lists:
+        for proc in listed or ():
             used = proc.usedGpuMemory
             previous = memory_by_pid.get(proc.pid)
             memory_by_pid[proc.pid] = max(used, previous or 0) if used is not None else previous
-    if not memory_by_pid:
-        return ()
-    utilization_by_pid = _process_utilization(nvml, handle, state)
+    utilization_by_pid = _process_utilization(found, state)
     samples = []
     for pid in sorted(memory_by_pid):
         readings = []
         if memory_by_pid[pid] is not None:
-            readings.append(reading(m.PROCESS_MEMORY_USAGE, memory_by_pid[pid]))
+            readings.append(Reading(m.PROCESS_MEMORY_USAGE, float(memory_by_pid[pid])))
         readings.extend(utilization_by_pid.get(pid, ()))
         samples.append(ProcessSample(pid, tuple(readings)))
     return tuple(samples)
 
 
-def _process_utilization(
-    nvml: DeviceCalls, handle: Any, state: DeviceState
-) -> dict[int, tuple[Reading, ...]]:
-    # NVML keeps a buffer of samples; asking with the newest timestamp seen so
-    # far returns only new ones. NotFound means no process was busy since then.
-    found = nvml.call(nvmlDeviceGetProcessUtilization, handle, state.last_process_sample_us,
-                      state.process_samples, empty_on=_NOT_FOUND, empty=[])
+def _process_utilization(found: Any, state: DeviceState) -> dict[int, tuple[Reading, ...]]:
+    """The latest utilization sample of each process in `found` as readings; the newest
+    timestamp seen kept for the next call."""
     latest: dict[int, Any] = {}
     for sample in found or ():
         if sample.pid not in latest or sample.timeStamp > latest[sample.pid].timeStamp:
@@ -239,10 +281,10 @@ def _process_utilization(
         state.last_process_sample_us = max(state.last_process_sample_us, sample.timeStamp)
     return {
         pid: (
-            reading(m.PROCESS_UTILIZATION, sample.smUtil / 100, engine=m.ENGINE_SM),
-            reading(m.PROCESS_UTILIZATION, sample.memUtil / 100, engine=m.ENGINE_MEMORY),
-            reading(m.PROCESS_UTILIZATION, sample.encUtil / 100, engine=m.ENGINE_ENCODER),
-            reading(m.PROCESS_UTILIZATION, sample.decUtil / 100, engine=m.ENGINE_DECODER),
+            Reading(m.PROCESS_UTILIZATION, sample.smUtil / 100, _SM),
+            Reading(m.PROCESS_UTILIZATION, sample.memUtil / 100, _MEMORY),
+            Reading(m.PROCESS_UTILIZATION, sample.encUtil / 100, _ENCODER),
+            Reading(m.PROCESS_UTILIZATION, sample.decUtil / 100, _DECODER),
         )
         for pid, sample in latest.items()
     }

@@ -1,22 +1,29 @@
-"""Per-process utilization samples in one NVML call instead of the binding's two.
+"""Per-process answers in one NVML call each instead of the binding's two.
 
-nvidia-ml-py's `nvmlDeviceGetProcessUtilization` first asks the driver how many
-samples there are, then calls again with a buffer that size. Each call costs a
-real H200's driver about 1 ms of CPU (driver 580: docs/benchmarks-real-gpu.md), so
-the backend keeps one buffer per device and asks once; only when the driver says
-the buffer is too small (`NVML_ERROR_INSUFFICIENT_SIZE`, with the count it needs)
-does it grow the buffer to that count and ask again.
+nvidia-ml-py's `nvmlDeviceGetProcessUtilization` and
+`nvmlDeviceGet{Compute,Graphics}RunningProcesses` first ask the driver how many
+entries there are, then call again with a buffer that size. Process utilization
+costs a real H200's driver about 1 ms of CPU a call (driver 580:
+docs/benchmarks-real-gpu.md), and each cycle asks for both process lists, so the
+backend keeps one buffer per device and question and asks once; only when the
+driver says the buffer is too small (`NVML_ERROR_INSUFFICIENT_SIZE`, with the
+count it needs) does it grow the buffer (to twice that count, as the binding
+sizes its own, in case more processes come meanwhile) and ask again. The
+answers are copied out of the buffer in one piece, the structs' layouts taken
+from the binding.
 """
 
 from __future__ import annotations
 
 import ctypes
 import struct
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pynvml
 
 INITIAL_SAMPLES = 32
+INITIAL_PROCESSES = 16
 
 
 class ProcessUtilization(NamedTuple):
@@ -30,28 +37,64 @@ class ProcessUtilization(NamedTuple):
     decUtil: int
 
 
+class ProcessInfo(NamedTuple):
+    """One nvmlProcessInfo_t (v3) of a running-process list; `usedGpuMemory` None where the
+    driver cannot tell (NVML_VALUE_NOT_AVAILABLE), as the binding answers."""
+
+    pid: int
+    usedGpuMemory: int | None
+    gpuInstanceId: int
+    computeInstanceId: int
+
+
 _SAMPLE = pynvml.c_nvmlProcessUtilizationSample_t
 # pid, (padding), timeStamp, smUtil, memUtil, encUtil, decUtil in the platform's alignment
 _SAMPLE_LAYOUT = struct.Struct("@IQIIII")
 assert _SAMPLE_LAYOUT.size == ctypes.sizeof(_SAMPLE)
+_PROCESS = pynvml.c_nvmlProcessInfo_v3_t
+# pid, (padding), usedGpuMemory, gpuInstanceId, computeInstanceId
+_PROCESS_LAYOUT = struct.Struct("@IQII")
+assert _PROCESS_LAYOUT.size == ctypes.sizeof(_PROCESS)
+_MEMORY_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 
 
 class SampleBuffer:
-    """A device's buffer for its process samples, kept between calls."""
+    """A device's buffer for one kind of per-process answer, kept between calls."""
 
-    def __init__(self, size: int = INITIAL_SAMPLES) -> None:
+    def __init__(self, size: int = INITIAL_SAMPLES, entry: type = _SAMPLE) -> None:
+        self.entry = entry
         self.resize(size)
 
     def resize(self, size: int) -> None:
         self.size = max(size, 1)
-        self.array = (_SAMPLE * self.size)()
+        self.array = (self.entry * self.size)()
+
+    def raw(self, count: int, layout: struct.Struct) -> bytes:
+        """The first `count` entries' bytes, in one copy."""
+        return ctypes.string_at(ctypes.addressof(self.array), layout.size * count)
 
 
-def _c_call(handle: Any, buffer: SampleBuffer, count: ctypes.c_uint,
-            since: ctypes.c_ulonglong) -> int:
-    # Looked up on each call, as the binding does (its lookups are cached).
-    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
-    return fn(handle, buffer.array, ctypes.byref(count), since)
+def process_buffer() -> SampleBuffer:
+    """A buffer for one running-process list of a device."""
+    return SampleBuffer(INITIAL_PROCESSES, _PROCESS)
+
+
+def _filled(buffer: SampleBuffer, call: Callable[[Any, ctypes.c_uint], int]) -> int:
+    """How many entries `call(array, count)` put in the buffer, growing it once if the driver
+    says it is too small. Raises `pynvml.NVMLError` for any other failure."""
+    count = ctypes.c_uint(buffer.size)
+    status = call(buffer.array, count)
+    if status == pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        buffer.resize(count.value * 2)
+        count = ctypes.c_uint(buffer.size)
+        status = call(buffer.array, count)
+    pynvml._nvmlCheckReturn(status)
+    return count.value
+
+
+def _function(name: str) -> Any:
+    # Looked up on each C call, as the binding does (its lookups are cached).
+    return pynvml._nvmlGetFunctionPointer(name)
 
 
 def nvmlDeviceGetProcessUtilization(handle: Any, last_seen_us: int,
@@ -60,13 +103,28 @@ def nvmlDeviceGetProcessUtilization(handle: Any, last_seen_us: int,
 
     Raises `pynvml.NVMLError` as the binding does (NotFound: no sample since then).
     """
-    count = ctypes.c_uint(buffer.size)
     since = ctypes.c_ulonglong(last_seen_us)
-    status = _c_call(handle, buffer, count, since)
-    if status == pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-        buffer.resize(count.value)
-        count = ctypes.c_uint(buffer.size)
-        status = _c_call(handle, buffer, count, since)
-    pynvml._nvmlCheckReturn(status)
-    raw = ctypes.string_at(ctypes.addressof(buffer.array), _SAMPLE_LAYOUT.size * count.value)
-    return [ProcessUtilization(*sample) for sample in _SAMPLE_LAYOUT.iter_unpack(raw)]
+    count = _filled(buffer, lambda array, size: _function("nvmlDeviceGetProcessUtilization")(
+        handle, array, ctypes.byref(size), since))
+    return [ProcessUtilization(*sample)
+            for sample in _SAMPLE_LAYOUT.iter_unpack(buffer.raw(count, _SAMPLE_LAYOUT))]
+
+
+def _running(function: str, handle: Any, buffer: SampleBuffer) -> list[ProcessInfo]:
+    count = _filled(buffer,
+                    lambda array, size: _function(function)(handle, ctypes.byref(size), array))
+    return [ProcessInfo(pid, None if used == _MEMORY_NOT_AVAILABLE else used, gi, ci)
+            for pid, used, gi, ci in _PROCESS_LAYOUT.iter_unpack(
+                buffer.raw(count, _PROCESS_LAYOUT))]
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: Any, buffer: SampleBuffer) -> list[ProcessInfo]:
+    """The device's compute processes (v3 entries), as the binding's function of this name
+    answers, in one call with `buffer` (see the module's doc)."""
+    return _running("nvmlDeviceGetComputeRunningProcesses_v3", handle, buffer)
+
+
+def nvmlDeviceGetGraphicsRunningProcesses(handle: Any, buffer: SampleBuffer) -> list[ProcessInfo]:
+    """The device's graphics processes (v3 entries), as the binding's function of this name
+    answers, in one call with `buffer`."""
+    return _running("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, buffer)

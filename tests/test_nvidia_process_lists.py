@@ -1,0 +1,121 @@
+"""Running-process lists in one driver call each (exporter/backends/nvidia/process_samples.py).
+
+The backend asks for a device's compute and graphics processes with a buffer it keeps
+per device, instead of the binding's count query and list call; the answers must be
+the binding's, on GPUs and MIG instances, and a failing list call costs only that
+list. The real nvidia-ml-py binding reads the fake libnvidia-ml.so.1, time frozen so
+that the processes the scenarios list stay put.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import pynvml
+import pytest
+
+from ray_accel.exporter import catalog as m
+from ray_accel.exporter.backends.nvidia.process_samples import (
+    INITIAL_PROCESSES,
+    nvmlDeviceGetComputeRunningProcesses,
+    nvmlDeviceGetGraphicsRunningProcesses,
+    process_buffer,
+)
+from ray_accel.exporter.simulate import load_scenario
+
+COMPUTE_CALL = "nvmlDeviceGetComputeRunningProcesses_v3"
+NO_INSTANCE = 0xFFFFFFFF  # the instance ids of a process not in a MIG instance
+LISTS = ((nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetComputeRunningProcesses),
+         (nvmlDeviceGetGraphicsRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses))
+
+
+def _frozen(name: str) -> dict:
+    doc = copy.deepcopy(load_scenario(name))
+    doc["freeze_at_s"] = 5.0
+    doc["delays"] = []
+    return doc
+
+
+def _crowded(pids: range) -> dict:
+    """hgx-h200 with GPU 7 (empty in the scenario) holding a process per pid, every other
+    one a graphics one."""
+    doc = _frozen("hgx-h200")
+    doc["devices"][7]["processes"] = [
+        {"pid": pid, "used_memory_bytes": (1 + n) * 2**20, "sm_percent": 1,
+         "type": "graphics" if n % 2 else "compute"} for n, pid in enumerate(pids)]
+    return doc
+
+
+def _binding(fn, handle) -> list[tuple]:
+    return [(p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId) for p in fn(handle)]
+
+
+@pytest.fixture
+def c_calls(monkeypatch) -> Counter[str]:
+    """NVML C functions called, by name (looked up on every call, as the binding does)."""
+    counts: Counter[str] = Counter()
+    lookup = pynvml._nvmlGetFunctionPointer
+
+    def counted(name: str):
+        counts[name] += 1
+        return lookup(name)
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", counted)
+    return counts
+
+
+def test_the_lists_are_the_bindings_on_gpus_and_mig_instances(open_backend):
+    backend, devices, _ = open_backend(_frozen("a100-mig"))
+    listed = []
+    for device in devices:
+        handle = backend._tracked[device.uuid].handle
+        for ours, theirs in LISTS:
+            found = [tuple(p) for p in ours(handle, process_buffer())]
+            assert found == _binding(theirs, handle)
+            listed.extend((device.index, p) for p in found)
+    # the MIG instance's process, on its own handle and on its GPU's, with its instance ids
+    mig = [(index, p) for index, p in listed if p[2] != NO_INSTANCE]
+    assert len({p for _, p in mig}) == 1
+    indices = sorted(index for index, _ in mig)
+    assert len(indices) == 2 and indices[0] == "0" and indices[1].startswith("0/")
+
+
+def test_one_call_per_list_the_buffer_grown_once_and_the_samples_as_listed(open_backend,
+                                                                          c_calls):
+    pids = range(60001, 60001 + 3 * INITIAL_PROCESSES)  # more than the buffer first holds
+    backend, devices, _ = open_backend(_crowded(pids))
+    gpu = next(d for d in devices if d.index == "7")
+    calls, memory = [], []
+    for _ in range(3):
+        before = c_calls[COMPUTE_CALL]
+        sample = backend.sample(gpu)
+        calls.append(c_calls[COMPUTE_CALL] - before)
+        memory.append({p.pid: r.value for p in sample.processes for r in p.readings
+                       if r.metric == m.PROCESS_MEMORY_USAGE})
+    handle = backend._tracked[gpu.uuid].handle
+    expected = {pid: float(used) for fn in (pynvml.nvmlDeviceGetComputeRunningProcesses,
+                                            pynvml.nvmlDeviceGetGraphicsRunningProcesses)
+                for pid, used, _, _ in _binding(fn, handle)}
+    assert calls == [2, 1, 1]  # too small once (the driver says how many), then one call
+    assert len(expected) == len(pids) and memory == [expected] * 3
+
+
+def test_a_failing_list_call_costs_only_its_list(open_backend):
+    doc = _crowded(range(61001, 61005))
+    doc["errors"] = [{"function": "nvmlDeviceGetComputeRunningProcesses", "device": 7,
+                      "code": "TIMEOUT"},
+                     {"function": "nvmlDeviceGetGraphicsRunningProcesses", "device": 6,
+                      "code": "NOT_SUPPORTED"}]
+    backend, devices, _ = open_backend(doc)
+    by_index = {d.index: d for d in devices}
+    seven = backend.sample(by_index["7"])
+    assert seven.up and seven.errors["nvmlDeviceGetComputeRunningProcesses"] == "timeout"
+    assert {p.pid for p in seven.processes} == {61002, 61004}  # the graphics ones
+    assert any(r.metric == m.GPU_UTILIZATION for r in seven.readings)
+    six = [backend.sample(by_index["6"]) for _ in range(2)]
+    assert all(s.up and s.errors["nvmlDeviceGetGraphicsRunningProcesses"] == "not_supported"
+               for s in six)  # permanent: absent, never asked again
+    assert "nvmlDeviceGetGraphicsRunningProcesses" in backend._tracked[
+        by_index["6"].uuid].calls.unsupported
+    assert [p.pid for p in six[1].processes] == [p.pid for p in six[0].processes] != []
