@@ -50,9 +50,11 @@ class CounterSchedule:
         measured this cycle (`measured`; None: none). Call once per cycle."""
         elapsed = 0.0 if self._seen_at is None else max(now - self._seen_at, 0.0)
         self._seen_at = now
-        if (measured is None or self.read_at is None
-                or any(len(measured.get(link, ())) < 2 for link in links)):
-            return True  # a link (or one direction of it) GPM did not measure this cycle
+        if measured is None or self.read_at is None:
+            return True
+        for link in links:  # a plain loop: called for each GPU every cycle
+            if len(measured.get(link, ())) < 2:
+                return True  # a link (or one direction of it) GPM did not measure this cycle
         busier = max(measured[PCIE_LINK].values())
         self._pcie_bytes += busier * elapsed
         return self._pcie_bytes + busier * elapsed >= WRAP_GUARD_BYTES

@@ -25,13 +25,13 @@ import ctypes
 import struct
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 
 from ... import catalog as m
-from ...activity import SpinningWindow, view_of
+from ...activity import ActivityView, SpinningWindow
 from ...model import Reading, labels_of
 from .calls import DeviceCalls
 
@@ -108,6 +108,12 @@ GPM_METRICS: tuple[GpmMetric, ...] = (
 )
 
 
+# The GPM readings an `ActivityView` reads: graphics-engine, SM and any-tensor activity.
+_VIEW_FIGURES = ((m.ACTIVITY, labels_of({"engine": m.ENGINE_GRAPHICS})),
+                 (m.ACTIVITY, labels_of({"engine": m.ENGINE_SM})),
+                 (m.PIPE_ACTIVITY, labels_of({"pipe": m.PIPE_TENSOR})))
+
+
 class _Request:
     """One `c_nvmlGpmMetricsGet_t` asking for a set of metrics, reused every cycle."""
 
@@ -122,6 +128,13 @@ class _Request:
         # (slot, link, direction, scale) of each link rate asked for
         self.link_slots = tuple((slot, metric.link[:2], metric.link[2], metric.scale)
                                 for slot, metric in enumerate(metrics) if metric.link)
+        # (name, scale, labels) of each metric, in order
+        self.meanings = tuple((metric.name, metric.scale, metric.labels) for metric in metrics)
+        # the slots of the figures the judgements read (exporter/activity.py), None if not asked
+        self.view_slots = tuple(
+            next((slot for slot, metric in enumerate(metrics)
+                  if (metric.name, metric.labels) == wanted), None)
+            for wanted in _VIEW_FIGURES)
 
     def statuses_and_values(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """NVML's status and value for each asked metric, in order, read in one copy."""
@@ -165,8 +178,8 @@ class GpmActivity:
         self.link_rates = None
         if not self._measured(nvml, handle):
             return []
-        readings = self._readings()
-        view = replace(view_of(readings), utilization=utilization)
+        readings, (graphics, sm, tensor) = self._readings()
+        view = ActivityView(utilization=utilization, graphics=graphics, sm=sm, tensor=tensor)
         spinning = self._spinning.update(view, self._clock())
         if spinning is not None:
             readings.append(Reading(m.DEVICE_SPINNING, 1.0 if spinning else 0.0))
@@ -253,13 +266,22 @@ class GpmActivity:
         self._slow_before = spent > SLOW_CALL_S
         return answer
 
-    def _readings(self) -> list[Reading]:
+    def _readings(self) -> tuple[list[Reading], tuple[float | None, ...]]:
+        """This cycle's readings, and the figures of them an `ActivityView` reads."""
         request = self._request
         statuses, values = request.statuses_and_values()
         success = pynvml.NVML_SUCCESS
-        readings = [Reading(metric.name, value * metric.scale, metric.labels)
-                    for metric, status, value in zip(request.metrics, statuses, values,
-                                                     strict=True) if status == success]
+        if statuses.count(success) == len(statuses):  # the usual case: every metric answered
+            readings = [Reading(name, value * scale, labels) for (name, scale, labels), value
+                        in zip(request.meanings, values, strict=True)]
+        else:
+            readings = [Reading(name, value * scale, labels)
+                        for (name, scale, labels), status, value
+                        in zip(request.meanings, statuses, values, strict=True)
+                        if status == success]
+        figures = tuple(None if slot is None or statuses[slot] != success
+                        else values[slot] * request.meanings[slot][1]
+                        for slot in request.view_slots)
         rates: LinkRates = {}
         for slot, link, direction, scale in request.link_slots:
             value = values[slot]
@@ -274,4 +296,4 @@ class GpmActivity:
                          if status != pynvml.NVML_ERROR_NOT_SUPPORTED)
             if len(kept) < len(request.metrics):
                 self._request = _Request(kept)
-        return readings
+        return readings, figures
