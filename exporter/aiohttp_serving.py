@@ -21,23 +21,18 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
-from . import httpd
 from .httpd.messages import error_body as _error_body
-from .serving import LISTEN_BACKLOG, ConnectionCap, ListeningAt, RateLimitedNotice, ServingLimits
+from .serving import (
+    LISTEN_BACKLOG,
+    ConnectionCap,
+    ListeningAt,
+    RateLimitedNotice,
+    ServingLimits,
+    json_error,
+)
 from .web_auth import AccessPolicy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def as_aiohttp(response: httpd.Response) -> web.Response:
-    """The same response as aiohttp's."""
-    return web.Response(body=response.body, status=response.status,
-                        content_type=response.content_type, headers=response.headers)
-
-
-def json_error(status: int, message: str) -> web.Response:
-    """A JSON error body with the given HTTP status."""
-    return as_aiohttp(httpd.json_error(status, message))
 
 
 @web.middleware
@@ -60,7 +55,7 @@ def access_middleware(policy: AccessPolicy):
     async def require_credentials(request: web.Request, handler: Handler
                                   ) -> web.StreamResponse:
         refusal = await policy.refusal(request.path, request.headers, request.cookies)
-        return await handler(request) if refusal is None else as_aiohttp(refusal.response())
+        return await handler(request) if refusal is None else refusal.response().as_aiohttp()
 
     return require_credentials
 

@@ -53,10 +53,10 @@ class ServingLimits:
 
 
 def json_error(status: int, message: str) -> Any:
-    """An aiohttp JSON error response (for the dashboard's handlers; imports aiohttp)."""
-    from .aiohttp_serving import json_error as aiohttp_json_error
+    """An aiohttp JSON error response, for the dashboard's handlers (imports aiohttp)."""
+    from .httpd.messages import json_error as httpd_json_error  # httpd imports this module
 
-    return aiohttp_json_error(status, message)
+    return httpd_json_error(status, message).as_aiohttp()
 
 
 class RateLimitedNotice:

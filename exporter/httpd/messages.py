@@ -102,6 +102,14 @@ class Response:
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
+    def as_aiohttp(self) -> Any:
+        """The same response as an `aiohttp.web.Response`, for the standalone dashboard
+        (aiohttp is imported here, on first use, never by the agent)."""
+        from aiohttp import web
+
+        return web.Response(body=self.body, status=self.status, content_type=self.content_type,
+                            headers=self.headers)
+
 
 Handler = Callable[[Request], Awaitable[Response]]
 
