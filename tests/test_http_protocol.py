@@ -1,6 +1,7 @@
 """The agent's own HTTP/1.1 server (exporter/httpd/) over real sockets: what RFC 9112 asks
-of it and what the agent's clients rely on. HEAD, pipelining, keep-alive and close,
-405 with Allow, bounded and chunked bodies, a failing handler, malformed requests.
+of it and what the agent's clients rely on. HEAD, pipelining, keep-alive, the idle
+timeout and close, 405 with Allow, bounded and chunked bodies, a failing handler,
+malformed requests, TLS and its handshake timeout.
 """
 
 from __future__ import annotations
@@ -8,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from dataclasses import replace
 
 import aiohttp
 import pytest
 from snapshots import sample_snapshot
+from tls_files import make_certificates
 
 from ray_accel.exporter.httpd import MAX_REQUEST_BYTES, Request, Response, Router, serve
 from ray_accel.exporter.server import AgentHttp
@@ -223,3 +226,32 @@ def test_a_kept_alive_connection_closes_after_the_idle_timeout():
 
     status, rest = _run(go, limits=ServingLimits(keepalive_timeout_s=0.5))
     assert status == 200 and rest == b""
+
+
+def test_tls_serves_requests_and_a_silent_handshake_is_cut_off(tmp_path):
+    certs = make_certificates(tmp_path)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(certs["cert"], certs["key"])
+    client_context = ssl.create_default_context(cafile=str(certs["ca"]))
+
+    async def go():
+        serving = await serve(_handler(), "127.0.0.1", 0, ServingLimits(header_timeout_s=1),
+                              ssl_context=server_context)
+        try:
+            silent_reader, silent_writer = await asyncio.open_connection("127.0.0.1",
+                                                                         serving.port)
+            reader, writer = await asyncio.open_connection("127.0.0.1", serving.port,
+                                                           ssl=client_context,
+                                                           server_hostname="127.0.0.1")
+            writer.write(b"HEAD /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            answer = await _read_answer(reader, head_only=True)
+            writer.close()
+            cut = await asyncio.wait_for(silent_reader.read(), 30)  # no handshake: closed
+            silent_writer.close()
+            return serving.url, answer, cut
+        finally:
+            await serving.close()
+
+    url, (status, headers, _), cut = asyncio.run(go())
+    assert url.startswith("https://") and status == 200 and headers["Connection"] == "close"
+    assert cut == b""
