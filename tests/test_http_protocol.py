@@ -132,13 +132,30 @@ def test_http_1_0_and_connection_close_close_after_the_answer():
 def test_other_methods_get_405_with_allow_and_unknown_paths_404():
     async def go(port):
         return await _exchange(port, b"DELETE /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
-                                     b"OPTIONS /nope HTTP/1.1\r\nHost: a\r\n\r\n", 2,
+                                     b"OPTIONS /nope HTTP/1.1\r\nHost: a\r\n\r\n"
+                                     b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", 3,
                                kept=True)
 
-    (deleted, unknown), _ = _run(go)
+    (deleted, unknown, asterisk), _ = _run(go)
     assert deleted[0] == 405 and deleted[1]["Allow"] == "GET, HEAD"
     assert json.loads(deleted[2]) == {"error": "Method Not Allowed", "status": 405}
-    assert unknown[0] == 404 and json.loads(unknown[2])["status"] == 404
+    assert unknown[0] == asterisk[0] == 404 and json.loads(unknown[2])["status"] == 404
+
+
+def test_a_client_expecting_100_continue_gets_it_before_sending_its_body():
+    async def go(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(b"POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n"
+                         b"Expect: 100-continue\r\n\r\n")
+            interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            writer.write(b"{}")
+            return interim, await _read_answer(reader)
+        finally:
+            writer.close()
+
+    interim, (status, _, _) = _run(go)
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n" and status == 405
 
 
 def test_request_bodies_are_bounded_and_skipped():

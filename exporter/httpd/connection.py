@@ -144,6 +144,9 @@ class Connection(asyncio.Protocol):
             self.completed_a_request = True
             if head.content_length > MAX_REQUEST_BYTES:
                 raise HttpError(413, f"request body larger than {MAX_REQUEST_BYTES} bytes")
+            if ((head.content_length or head.chunked) and self._transport is not None
+                    and head.request.headers.get("Expect", "").lower() == "100-continue"):
+                self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # RFC 9110 10.1.1
             self._waiting_body = head
         head = self._waiting_body
         if head.chunked:

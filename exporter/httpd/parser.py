@@ -100,6 +100,8 @@ def _field(line: bytes) -> tuple[str, str]:
 
 def _target(target: bytes) -> tuple[str, dict[str, list[str]]]:
     text = target.decode("ascii")
+    if text == "*":  # asterisk-form (OPTIONS *): no resource here answers it
+        return "*", {}
     if text.startswith("/"):
         raw_path, _, raw_query = text.partition("?")
         raw_path = raw_path.partition("#")[0]
