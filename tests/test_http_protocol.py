@@ -15,10 +15,13 @@ from dataclasses import replace
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from snapshots import sample_snapshot
 from tls_files import make_certificates
 
 from ray_accel.exporter.httpd import MAX_REQUEST_BYTES, Request, Response, Router, serve
+from ray_accel.exporter.httpd.parser import HttpError, check_incomplete, chunked_end, parse_head
 from ray_accel.exporter.server import AgentHttp
 from ray_accel.exporter.serving import ServingLimits
 from ray_accel.exporter.store import SnapshotStore
@@ -272,3 +275,32 @@ def test_tls_serves_requests_and_a_silent_handshake_is_cut_off(tmp_path):
     url, (status, headers, _), cut = asyncio.run(go())
     assert url.startswith("https://") and status == 200 and headers["Connection"] == "close"
     assert cut == b""
+
+
+_HEAD_PARTS = st.sampled_from([
+    b"GET", b"HEAD", b"POST", b" ", b"/", b"/metrics", b"?", b"&", b"=", b"%", b"%2", b"%zz",
+    b"name[]", b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0", b"\r\n", b"\n", b"\t", b":", b"Host",
+    b"Content-Length", b"Transfer-Encoding", b"chunked", b"0", b"12", b"\xb2", b"\xff",
+    b"\x00", b"Cookie", b"Connection", b"close", b"*", b"http://a/b", b",",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(head=st.lists(st.one_of(_HEAD_PARTS, st.binary(max_size=6)), max_size=30).map(b"".join),
+       body=st.binary(max_size=40))
+def test_any_bytes_parse_to_a_request_or_a_4xx_5xx_refusal(head, body):
+    try:
+        check_incomplete(head, 8190, 100)
+        parsed = parse_head(head, 8190, 100)
+    except HttpError as error:
+        assert 400 <= error.status < 600 and error.message
+        return
+    assert parsed.request.method and parsed.request.version in ("HTTP/1.0", "HTTP/1.1")
+    assert parsed.request.path.startswith("/") or parsed.request.path == "*"
+    if parsed.chunked:
+        try:
+            end = chunked_end(body, 0, MAX_REQUEST_BYTES)
+        except HttpError as error:
+            assert error.status in (400, 413)
+        else:
+            assert end is None or 0 < end <= len(body)

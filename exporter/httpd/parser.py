@@ -20,6 +20,7 @@ _VERSION = re.compile(rb"HTTP/(\d)\.(\d)")
 _TARGET = re.compile(rb"[\x21-\x7e]+")
 _FIELD_NAME = _METHOD  # both are RFC 9110 tokens
 _FIELD_VALUE_BAD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_DIGITS = re.compile(r"[0-9]{1,15}")  # str.isdigit() also takes other scripts' digits
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,8})[ \t]*(;[^\r\n]*)?")
 
 
@@ -130,7 +131,7 @@ def _framing(fields: list[tuple[str, str]], version: str) -> tuple[int, bool]:
         return 0, True
     if not lengths:
         return 0, False
-    if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+    if len(lengths) != 1 or not _DIGITS.fullmatch(next(iter(lengths))):
         raise HttpError(400, "invalid Content-Length")
     return int(next(iter(lengths))), False
 
