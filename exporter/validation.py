@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -61,6 +62,30 @@ _RANGES = {s.name: s.valid_range for s in m.CATALOG}
 _COUNTERS = frozenset(s.name for s in m.CATALOG if s.kind is m.Kind.COUNTER)
 # Each catalog metric's scope and own label names, for the check that the catalog knows it.
 _SHAPES = {s.name: (s.scope.value, frozenset(s.labels)) for s in m.CATALOG}
+_NUMBERS = (float, int)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """A catalog metric's checks as plain values, for the common case of a reading that
+    passes them all (`_SampleCheck.keep`); any other reading takes the full checks."""
+
+    scope: str
+    own: frozenset[str]
+    low: float  # the most negative float where the range has no low end
+    high: float
+    bound_by: str | None
+    factor: float
+    counter: bool
+
+
+_RULES = {s.name: _Rule(s.scope.value, frozenset(s.labels),
+                        -sys.float_info.max if s.valid_range.low is None else s.valid_range.low,
+                        sys.float_info.max if s.valid_range.high is None
+                        else s.valid_range.high,
+                        s.valid_range.bound_by, s.valid_range.factor,
+                        s.kind is m.Kind.COUNTER)
+          for s in m.CATALOG}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +208,32 @@ class _SampleCheck:
 
     def keep(self, readings: tuple[Reading, ...], where: CounterKey) -> tuple[Reading, ...]:
         """The readings that can be true (`readings` itself when all can)."""
-        kept = [r for r in readings if self._accepts(r, where)]
-        return readings if len(kept) == len(readings) else tuple(kept)
+        scope, limits = where[0], self.limits
+        kept: list[Reading] | None = None  # made at the first reading refused
+        for position, reading in enumerate(readings):
+            # The common case inline (it runs on every reading of every cycle): a catalog
+            # metric of this scope with its own labels, a finite value within its bounds.
+            rule = _RULES.get(reading.metric)
+            value = reading.value
+            labels_fit = True
+            if rule is not None:
+                for name, label in reading.labels:
+                    if name not in rule.own or type(label) is not str:
+                        labels_fit = False
+                        break
+            if (labels_fit and rule is not None and rule.scope == scope
+                    and type(value) in _NUMBERS and rule.low <= value <= rule.high
+                    and (rule.bound_by is None or rule.bound_by not in limits
+                         or value <= rule.factor * limits[rule.bound_by])):
+                accepted = (not rule.counter or not self.track_counters
+                            or self._counter_accepts(reading, where))
+            else:
+                accepted = self._accepts(reading, where)
+            if not accepted and kept is None:
+                kept = list(readings[:position])
+            elif accepted and kept is not None:
+                kept.append(reading)
+        return readings if kept is None else tuple(kept)
 
     def link(self, link: Link) -> Link:
         readings = self.keep(link.readings, ("link", link.link_type, link.index))
@@ -195,17 +244,25 @@ class _SampleCheck:
         return process if readings is process.readings else replace(process, readings=readings)
 
     def _accepts(self, reading: Reading, where: CounterKey) -> bool:
+        """Every check of one reading; a refusal is kept in `found`."""
         violation = catalog_violation(reading, where[0]) or range_violation(reading, self.limits)
-        if violation is None and self.track_counters and reading.metric in _COUNTERS:
-            key = (*where, reading.metric, reading.labels)
-            if not self.device.counter_accepts(key, reading.value):
-                violation = Violation(
-                    reading.metric, COUNTER_DECREASED,
-                    f"{reading.value:g} is below its last value "
-                    f"{self.device.counters[key].exported:g} without a reset")
         if violation is not None:
             self.found.append(violation)
-        return violation is None
+            return False
+        if self.track_counters and reading.metric in _COUNTERS:
+            return self._counter_accepts(reading, where)
+        return True
+
+    def _counter_accepts(self, reading: Reading, where: CounterKey) -> bool:
+        """Whether a valid counter reading may follow its last exported value."""
+        key = (*where, reading.metric, reading.labels)
+        if self.device.counter_accepts(key, reading.value):
+            return True
+        self.found.append(Violation(
+            reading.metric, COUNTER_DECREASED,
+            f"{reading.value:g} is below its last value "
+            f"{self.device.counters[key].exported:g} without a reset"))
+        return False
 
 
 class ReadingValidator:

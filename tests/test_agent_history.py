@@ -8,8 +8,15 @@ import random
 import sys
 from collections.abc import Iterator
 
-from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, ProcessSample, Reading
-from ray_accel.exporter.record.frames import Frame, FrameMaker
+from ray_accel.exporter.model import (
+    Device,
+    DeviceSample,
+    Link,
+    NodeSnapshot,
+    ProcessSample,
+    Reading,
+)
+from ray_accel.exporter.record.frames import Frame, FrameMaker, series_of
 from ray_accel.exporter.record.history import History
 
 GPUS = [Device("nvidia", str(i), f"GPU-{i:08d}-0000-0000-0000-000000000000", "Test GPU")
@@ -111,3 +118,30 @@ def test_a_new_key_set_reuses_the_keys_it_shares_and_counts_in_the_bytes() -> No
     grown = [after - before for before, after in itertools.pairwise(sizes)]
     one_copy = sum(sys.getsizeof(key) for key in first.keys)
     assert all(300 * 8 < step < one_copy for step in grown), (grown, one_copy)
+
+
+def _shaped_sample(device: Device, variant: int) -> DeviceSample:
+    """One of several samples whose series differ only slightly: a label value, a link's
+    index or type, a reading moved from one link to the next, a process's pid."""
+    io = (Reading("hw.gpu.io", 1.0, (("direction", "transmit"),)),
+          Reading("hw.gpu.io", 2.0, (("direction", "receive" if variant != 1 else "x"),)))
+    links = (Link("nvlink", 0, io[:1] if variant == 2 else io),
+             Link("nvlink" if variant != 3 else "pcie", 1 if variant != 4 else 2,
+                  io[1:] + io[:1] if variant == 2 else io))
+    pid = 100 if variant != 5 else 101
+    processes = (ProcessSample(pid, (Reading("hw.gpu.memory.usage", 2.0**30),)),)
+    readings = (Reading("hw.power", 300.0 + variant), Reading("hw.temperature", 40.0))
+    return DeviceSample(device, True, 1000.0 + variant, readings=readings, links=links,
+                        processes=() if variant == 6 else processes)
+
+
+def test_frame_keys_are_always_the_series_keys_of_their_sample() -> None:
+    """FrameMaker reuses a device's keys only while its series are the same ones."""
+    maker, device = FrameMaker(), GPUS[0]
+    variants = [0, 0, 1, 0, 2, 3, 4, 0, 5, 6, 6, 0]
+    for cycle, variant in enumerate(variants):
+        sample = _shaped_sample(device, variant)
+        frame = maker.frame(NodeSnapshot(cycle, sample.taken_at, 1.0, {}, (), (sample,)))
+        pairs = list(series_of(sample))
+        assert frame.devices[0].keys == tuple(key for key, _ in pairs), (cycle, variant)
+        assert list(frame.devices[0].values) == [value for _, value in pairs]

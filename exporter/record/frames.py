@@ -12,9 +12,11 @@ import sys
 from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from types import MappingProxyType
 
-from ..model import DeviceSample, NodeSnapshot
+from ..model import DeviceSample, NodeSnapshot, Reading
 
 # ("d", metric, labels) | ("l", link_type, link, metric, labels) | ("p", pid, metric, labels)
 SeriesKey = tuple
@@ -65,21 +67,49 @@ def series_of(sample: DeviceSample) -> Iterator[tuple[SeriesKey, float]]:
             yield ("p", process.pid, r.metric, r.labels), r.value
 
 
+_METRIC, _LABELS, _VALUE = attrgetter("metric"), attrgetter("labels"), attrgetter("value")
+_READINGS, _LINK_TYPE, _INDEX, _PID = (attrgetter("readings"), attrgetter("link_type"),
+                                       attrgetter("index"), attrgetter("pid"))
+
+
+def _readings(sample: DeviceSample) -> tuple[Reading, ...]:
+    """Every reading of a sample (its own, its links', its processes') in `series_of` order."""
+    if not sample.links and not sample.processes:
+        return sample.readings
+    return tuple(chain(sample.readings, *map(_READINGS, sample.links),
+                       *map(_READINGS, sample.processes)))
+
+
+def _shape(sample: DeviceSample, readings: tuple[Reading, ...]) -> tuple:
+    """What a sample's series keys are made of, without a key tuple per series: equal for
+    two samples exactly when `series_of` gives them the same keys."""
+    links, processes = sample.links, sample.processes
+    return (tuple(map(_METRIC, readings)), tuple(map(_LABELS, readings)),
+            tuple(map(len, map(_READINGS, links))), tuple(map(_LINK_TYPE, links)),
+            tuple(map(_INDEX, links)), tuple(map(len, map(_READINGS, processes))),
+            tuple(map(_PID, processes)))
+
+
 class FrameMaker:
     """Turns snapshots into frames, reusing key tuples and error maps that did not change."""
 
     def __init__(self) -> None:
-        self._keys: dict[str, tuple[SeriesKey, ...]] = {}
+        # Per device: the shape of its last sample and the keys made from it.
+        self._keys: dict[str, tuple[tuple, tuple[SeriesKey, ...]]] = {}
         self._errors: dict[str, Mapping[str, str]] = {}
+
+    def _keys_of(self, sample: DeviceSample, readings: tuple[Reading, ...]
+                 ) -> tuple[SeriesKey, ...]:
+        uuid, shape = sample.device.uuid, _shape(sample, readings)
+        known = self._keys.get(uuid)
+        if known is None or known[0] != shape:
+            known = self._keys[uuid] = (shape, tuple(key for key, _ in series_of(sample)))
+        return known[1]
 
     def frame(self, snapshot: NodeSnapshot) -> Frame:
         devices = []
         for sample in snapshot.devices:
-            pairs = list(series_of(sample))
-            keys = tuple(k for k, _ in pairs)
             uuid = sample.device.uuid
-            if self._keys.get(uuid) != keys:
-                self._keys[uuid] = keys
             errors: Mapping[str, str] = _NO_ERRORS
             if sample.errors:
                 if self._errors.get(uuid) != sample.errors:
@@ -87,7 +117,8 @@ class FrameMaker:
                 errors = self._errors[uuid]
             counters_at = next((link.counters_at for link in sample.links
                                 if link.counters_at is not None), None)
+            readings = _readings(sample)
             devices.append(DeviceFrame(uuid, sample.taken_at, sample.up, sample.stale,
-                                       self._keys[uuid], array("d", (v for _, v in pairs)),
-                                       errors, counters_at))
+                                       self._keys_of(sample, readings),
+                                       array("d", map(_VALUE, readings)), errors, counters_at))
         return Frame(snapshot.taken_at, tuple(devices))
