@@ -21,7 +21,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
-from .httpd.messages import error_body as _error_body
+from .httpd.messages import refusal_bytes
 from .serving import (
     LISTEN_BACKLOG,
     ConnectionCap,
@@ -146,11 +146,7 @@ class _GuardedHandler(RequestHandler):
         """Writes a JSON error response straight to the socket and closes the connection."""
         transport = self.transport
         if transport is not None and not transport.is_closing():
-            body = _error_body(status, message)
-            head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-                    "Content-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-            transport.write(head.encode() + body)
+            transport.write(refusal_bytes(status, message))
         self.force_close()
 
     def _parser_error_text(self, exc: BaseException | None, fallback: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from ..serving import ConnectionCap, RateLimitedNotice, ServingLimits
-from .messages import NO_CONTENT, Handler, json_error
+from .messages import NO_CONTENT, Handler, json_error, refusal_bytes
 from .parser import HttpError, RequestHead, check_incomplete, chunked_end, parse_head
 
 MAX_REQUEST_BYTES = 16 * 1024  # request bodies: no endpoint reads one
@@ -202,8 +202,7 @@ class Connection(asyncio.Protocol):
     def _refuse(self, status: int, message: str) -> None:
         """Writes a JSON error straight to the socket and closes the connection."""
         if self._transport is not None and not self._transport.is_closing():
-            response = json_error(status, message)
-            self._transport.write(response.head(close=True) + response.body)
+            self._transport.write(refusal_bytes(status, message))
         self.close()
 
     # timers and closing

@@ -145,6 +145,12 @@ def json_error(status: int, message: str) -> Response:
     return Response(status, error_body(status, message), JSON, {"Cache-Control": "no-store"})
 
 
+def refusal_bytes(status: int, message: str) -> bytes:
+    """A whole JSON error response that closes the connection, to write straight to a socket."""
+    response = json_error(status, message)
+    return response.head(close=True) + response.body
+
+
 def json_response(value: Any, status: int = 200, compact: bool = False) -> Response:
     """`value` as a JSON response (`compact`: without spaces after separators)."""
     text = json.dumps(value, separators=(",", ":")) if compact else json.dumps(value)
