@@ -19,6 +19,7 @@ from . import findings as findings_of
 from . import transfers_view
 from .findings import DOWN, OK, SEVERITIES, STALE, WARNING, Finding, device_findings, device_health
 from .heatmap_columns import RowColumns, row_columns
+from .json_encode import encode_compact
 from .node_state import NODE_STATUSES, NodeState
 from .workloads import Unit, Workloads, jobs_of, merge_units, shown_activity
 
@@ -184,8 +185,7 @@ def _node_part(node: NodeState, status: str, key: tuple[Any, ...]) -> NodePart:
            "nvlink_domain": domain, "devices": cells}
     return NodePart(key, findings, per_device, health_of, domain, totals, workloads.units,
                     _node_history(node.node_id, devices),
-                    json.dumps(row, separators=(",", ":")).encode(),
-                    row_columns(row, placement))
+                    encode_compact(row), row_columns(row, placement))
 
 
 def _node_history(node_id: str, devices: Iterable[dict[str, Any]]) -> dict[str, float | None]:
@@ -227,6 +227,28 @@ def _summary(node_total: int, statuses: dict[str, str], totals: _Totals,
     }
 
 
+def _reused_part(node: NodeState, status: str, parts: dict[str, NodePart]) -> NodePart:
+    """Node `node`'s part, kept in `parts` while its data version, status and hostname are
+    the same, made anew (and kept there) otherwise."""
+    key = (id(node.data), node.data_version, status, node.hostname)
+    part = parts.get(node.node_id)
+    if part is None or part.key != key:
+        part = parts[node.node_id] = _node_part(node, status, key)
+    return part
+
+
+def prepare_parts(nodes: Iterable[NodeState], refresh_s: float, parts: dict[str, NodePart],
+                  now: float | None = None, pause: Callable[[], None] | None = None) -> None:
+    """Make the parts of `nodes` (just fetched) ahead of the round's `build_view`, which
+    reuses them: a round makes its changed nodes' parts while its fetches still run,
+    rather than all of them after the last one. `pause()` as in `build_view`."""
+    now = time.time() if now is None else now
+    for number, node in enumerate(nodes):
+        if pause is not None and number % PAUSE_EVERY == PAUSE_EVERY - 1:
+            pause()
+        _reused_part(node, node.status(now, refresh_s), parts)
+
+
 def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None = None,
                parts: dict[str, NodePart] | None = None,
                pause: Callable[[], None] | None = None,
@@ -258,10 +280,7 @@ def build_view(nodes: Iterable[NodeState], refresh_s: float, now: float | None =
             pause()
         node = by_id[node_id]
         status = statuses[node_id] = node.status(now, refresh_s)
-        key = (id(node.data), node.data_version, status, node.hostname)
-        part = parts.get(node_id)
-        if part is None or part.key != key:
-            part = parts[node_id] = _node_part(node, status, key)
+        part = _reused_part(node, status, parts)
         own = findings_of.node_finding(node, status, now)
         if own is not None:
             findings.append(own)

@@ -40,11 +40,13 @@ from .aggregate import (
     build_view,
     empty_view,
     history_values,
+    prepare_parts,
 )
 from .batch_parse import BatchParser
 from .heatmap_columns import columns_body
 from .history import History
 from .json_decode import decode
+from .new_nodes import NewNodes
 from .node_detail import NodeDetails
 from .round_gc import RoundCollection
 from .transfers_view import LastKnownDevices
@@ -59,12 +61,18 @@ MAX_SNAPSHOT_BYTES = 64 * 2**20
 # Fetches start within this share of the refresh interval, leaving the rest for slow
 # answers and the view's rebuild.
 DEFAULT_SPREAD = 0.6
+# Nodes never asked before are asked while fewer of their fetches than this many times
+# `max_in_flight` are unfinished (what waits on the parsing thread: about a quarter of a
+# second of its work at the default).
+NEW_NODES_BACKLOG = 4
 # An agent without the summary is asked again this many rounds later (upgraded in place).
 SUMMARY_RETRY_ROUNDS = 60
 # A round's fetches start at their offsets to within this.
 START_STEP_S = 0.005
 # The interpreter's switch interval while a view is built (its default is 5 ms).
 BUILD_SWITCH_INTERVAL_S = 0.0005
+# While a round's fetches run, the parts of the nodes that answered are made this often.
+PREPARE_EVERY_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class RoundStats:
     failures: int = 0
     body_bytes: int = 0  # response bodies read
     rebuilt_nodes: int = 0  # nodes whose share of the view was recomputed
+    deferred: int = 0  # nodes never asked before, left for a later round (the head was busy)
 
 
 class Collector:
@@ -160,6 +169,7 @@ class Collector:
         self.last_round_at: float | None = None
         self.last_round_duration_s: float | None = None
         self.last_round: RoundStats = RoundStats()
+        self.round_in_progress: RoundStats | None = None  # what the running round did so far
         self.discovery_error = ""
         self.details = NodeDetails(self.fetch_full)
         self._parts: dict[str, NodePart] = {}
@@ -174,6 +184,8 @@ class Collector:
         self._detail_parser = ThreadPoolExecutor(max_workers=1,
                                                  thread_name_prefix="ray-accel-detail")
         self._collection = RoundCollection()  # the view's objects out of the GC's walks
+        self._arrived: list[NodeState] = []  # nodes with new data whose parts are not made
+        self.provisional_views = 0  # views published while a round's fetches still ran
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -233,10 +245,13 @@ class Collector:
             self._track(targets)
         self.session()
         self.connections()
-        stats = RoundStats()
-        await self._fetch_spread(list(self.nodes.values()), stats)
-        nodes = list(self.nodes.values())
+        stats = self.round_in_progress = RoundStats()
         kept = dict(self._parts)
+        nodes = list(self.nodes.values())
+        try:
+            await self._while_building(self._fetch_spread(nodes, stats), nodes)
+        finally:
+            self.round_in_progress = None
         view = await asyncio.get_running_loop().run_in_executor(
             self._parser, self._build, nodes)
         stats.rebuilt_nodes = sum(1 for k, p in self._parts.items() if kept.get(k) is not p)
@@ -247,6 +262,49 @@ class Collector:
         self.last_round_at = view.generated_at
         self.last_round_duration_s = time.monotonic() - started
         self._collection.after_round(len(nodes))
+        return view
+
+    async def _while_building(self, fetching: Awaitable[None], nodes: list[NodeState]) -> None:
+        """Await `fetching` (the round's fetches) while the parsing thread makes the parts of
+        the nodes that answered, every PREPARE_EVERY_S. In a round with nodes the view does
+        not show yet (the head's first), it also publishes the view so far at once and every
+        refresh interval, those nodes `waiting` until they answer, so the tab shows the
+        cluster from the start."""
+        shown = self.view.nodes
+        publish = any(node.node_id not in shown for node in nodes)
+        building = asyncio.ensure_future(self._build_arrivals(nodes, publish))
+        try:
+            await fetching
+        finally:
+            building.cancel()
+            await asyncio.wait([building])  # (a build it started ends in the parsing thread)
+            if not building.cancelled() and building.exception() is not None:
+                log.error("building the parts of a round's answers failed",
+                          exc_info=building.exception())
+        self._arrived.clear()  # the round's build makes what is left
+
+    async def _build_arrivals(self, nodes: list[NodeState], publish: bool) -> None:
+        loop = asyncio.get_running_loop()
+        published = -math.inf
+        while True:
+            if publish and time.monotonic() - published >= self.refresh_s:
+                published = time.monotonic()
+                self._arrived.clear()  # the view's build makes their parts
+                self.view = await loop.run_in_executor(self._parser, self._build_provisional,
+                                                       nodes)
+                self.provisional_views += 1
+            elif self._arrived:
+                arrived, self._arrived = self._arrived, []
+                await loop.run_in_executor(self._parser, prepare_parts, arrived, self.refresh_s,
+                                           self._parts, None, _let_the_loop_run)
+            await asyncio.sleep(PREPARE_EVERY_S)
+
+    def _build_provisional(self, nodes: list[NodeState]) -> ClusterView:
+        """The view of the nodes so far (no history: that is the rounds'), its columns form
+        encoded, in the parsing thread."""
+        view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
+                          self._transfer_devices)
+        columns_body(view, _let_the_loop_run)
         return view
 
     def _build(self, nodes: list[NodeState]) -> ClusterView:
@@ -284,22 +342,33 @@ class Collector:
 
         One loop starts them in offset order, sleeping only when the next is more than
         START_STEP_S away (one timer per step, not one per node: at 10,000 nodes a
-        tenth of the event loop's work was the nodes' own timers)."""
+        tenth of the event loop's work was the nodes' own timers). Nodes never asked
+        before are paced (new_nodes.py): at most NEW_NODES_BACKLOG times `max_in_flight`
+        of their fetches unfinished, the rest started as those finish, until the end of
+        the spread window; what is left then waits for the next round."""
         limit = asyncio.Semaphore(self.max_in_flight)
         window = self.refresh_s * self.spread
         begun = time.monotonic()
         loop = asyncio.get_running_loop()
         started: list[asyncio.Task[None]] = []
+        new = NewNodes(lambda node: loop.create_task(self._fetch(node, limit, stats)),
+                       NEW_NODES_BACKLOG * self.max_in_flight, self.max_in_flight,
+                       begun + window if window > 0 else None)
         try:
             for offset, node in sorted(((start_offset(n.node_id, window), n) for n in nodes),
                                        key=lambda pair: pair[0]):
                 wait = begun + offset - time.monotonic()
                 if wait > START_STEP_S:
                     await asyncio.sleep(wait)
-                started.append(loop.create_task(self._fetch(node, limit, stats)))
-            await asyncio.gather(*started)
+                if node.fetch_duration_s is None:  # never asked
+                    new.offer(node)
+                else:
+                    started.append(loop.create_task(self._fetch(node, limit, stats)))
+            await new.settle()
+            stats.deferred = new.deferred
+            await asyncio.gather(*started, *new.started)
         except BaseException:  # the round cancelled (the collector stops): so are its fetches
-            for task in started:
+            for task in (*started, *new.started):
                 task.cancel()
             raise
 
@@ -355,6 +424,7 @@ class Collector:
         data["taken_at"] = taken_at
         node.has_summary = True
         self._replace_data(node, data, etag, detailed=False)
+        self._arrived.append(node)
         self._collection.kept(len(self.nodes))
 
     async def _snapshot_body(self, node: NodeState) -> bytes:
@@ -379,6 +449,7 @@ class Collector:
         # at a time: more parsing threads would only take the GIL from the loop more often.
         data = await self._batches.parse(_reduced, body)
         self._replace_data(node, data, "", detailed=True)
+        self._arrived.append(node)
         self._collection.kept(len(self.nodes))
 
     @staticmethod

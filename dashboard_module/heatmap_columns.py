@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .findings import DOWN, OK, STALE, WARNING
+from .json_encode import encode_compact
 
 if TYPE_CHECKING:  # aggregate.py makes each node's share with row_columns()
     from .aggregate import ClusterView
@@ -85,7 +86,7 @@ class RowColumns:
 
 
 def _encoded(items: list[Any]) -> str:
-    return json.dumps(items, separators=(",", ":"), allow_nan=False)[1:-1]
+    return encode_compact(items)[1:-1].decode()
 
 
 def row_columns(row: dict[str, Any], placement: dict[str, str]) -> RowColumns:
