@@ -1,7 +1,7 @@
 """A synthetic fleet's agents in a process of their own, for benchmarks and scale tests.
 
     python -m ray_accel.dashboard_module.fleet_agents NODES [--change F] [--down-every K]
-                                                     [--spread]
+                                                     [--spread] [--share I/K]
 
 Serves NODES fake agents (summaries with ETags and 304s, full snapshots for the
 node page) made from one real snapshot of the simulated 8x H200 node, until its
@@ -19,6 +19,8 @@ is measured (or tested) alone.
   pools, and their devices' utilization, engine activity, power and temperature in the
   summaries vary from node to node (so equal values are no more common than in a real
   fleet); the full snapshots keep the template's values.
+- `--share I/K`: the process is asked for nodes I, I+K, I+2K, ... only; their summaries
+  are made before it prints its line (as a real agent's is ready before the head asks).
 """
 
 from __future__ import annotations
@@ -125,8 +127,9 @@ class FleetShape:
 
 
 class FleetMembers:
-    """Every node's summary (made when first asked for, so that making 10,000 overlaps the
-    head's first round; remade as generations change) and snapshot text."""
+    """Every node's summary (made ahead for the nodes a process serves, as a real agent has
+    its summary ready before the head asks; remade as generations change) and snapshot
+    text."""
 
     def __init__(self, template: dict[str, Any], nodes: int, shape: FleetShape) -> None:
         self.shape = shape
@@ -156,6 +159,12 @@ class FleetMembers:
         self._summaries[number], self._made_at[number] = found, generation
         return found
 
+    def make_ahead(self, numbers: range) -> None:
+        """Make the summaries of nodes `numbers` now, not when first asked for (making them
+        on the head's first request took the fake agents as much CPU as the head)."""
+        for number in numbers:
+            self.summary(number)
+
     def change(self, number: int) -> None:
         """Node `number`'s next generation: 1 W more on its first device (its summary is
         remade from the last one when next asked for, a third of the work of a new one)."""
@@ -175,9 +184,12 @@ def _more_power(body: bytes, watts: int) -> tuple[bytes, str]:
 
 
 async def serve(nodes: int, change: float, shape: FleetShape, refresh_s: float = REFRESH_S,
-                template: dict[str, Any] | None = None) -> None:
-    """Serve `nodes` fake agents until stdin closes; prints the URL, then sizes, as JSON."""
+                template: dict[str, Any] | None = None, share: tuple[int, int] = (0, 1)) -> None:
+    """Serve `nodes` fake agents until stdin closes; prints the URL, then sizes, as JSON.
+    `share` (i, k): this process is asked for nodes i, i + k, i + 2k, ... (their summaries
+    are made before the URL is printed)."""
     members = FleetMembers(template or template_document(), nodes, shape)
+    members.make_ahead(range(share[0], nodes, share[1]))
 
     async def churn() -> None:
         rng = random.Random(7)
@@ -208,8 +220,9 @@ class FleetProcess:
         args = [python, "-m", __name__, str(nodes), "--change", str(change),
                 "--down-every", str(shape.down_every), *(["--spread"] if shape.spread else [])]
         # every child knows the whole fleet (the same churn), each is asked for its share
-        self._procs = [subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True) for _ in range(processes)]
+        self._procs = [subprocess.Popen([*args, "--share", f"{i}/{processes}"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                       for i in range(processes)]
         infos = []
         for proc in self._procs:
             line = proc.stdout.readline()
@@ -257,6 +270,8 @@ def main(argv: list[str]) -> int:
                         help="every K-th node has one device down (0: none)")
     parser.add_argument("--spread", action="store_true",
                         help="racks, NVLink domains, node pools and utilization vary by node")
+    parser.add_argument("--share", default="0/1", metavar="I/K",
+                        help="this process serves nodes I, I+K, I+2K, ... (default 0/1: all)")
     args = parser.parse_args(argv[1:])
     if args.nodes < 1:
         parser.error("NODES must be at least 1")
@@ -264,7 +279,14 @@ def main(argv: list[str]) -> int:
         parser.error("--change must be between 0 and 1")
     if args.down_every < 0:
         parser.error("--down-every must be 0 or more")
-    asyncio.run(serve(args.nodes, args.change, FleetShape(args.down_every, args.spread)))
+    try:
+        index, count = (int(part) for part in args.share.split("/"))
+    except ValueError:
+        parser.error(f"--share must be I/K (two integers), got {args.share!r}")
+    if not 0 <= index < count:
+        parser.error(f"--share I/K needs 0 <= I < K, got {args.share!r}")
+    asyncio.run(serve(args.nodes, args.change, FleetShape(args.down_every, args.spread),
+                      share=(index, count)))
     return 0
 
 
