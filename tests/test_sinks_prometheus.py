@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import replace
 
-import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from snapshots import sample_snapshot
@@ -107,37 +105,4 @@ def test_families_follow_catalog_order_and_render_is_cached():
     assert renderer.render(sample_snapshot(cycle=8), False)[0] is not first
 
 
-def test_fast_text_writer_matches_prometheus_client_byte_for_byte():
-    from prometheus_client import exposition
-
-    from ray_accel.exporter.sinks.prometheus import text_exposition
-
-    tricky = replace(sample_snapshot(),
-                     agent_facts={"version": 'a"b\\c\nd', "interval_seconds": "1",
-                                  "scenario": "ünïcode"})
-    families = snapshot_families(tricky)
-
-    class Families:
-        def collect(self):
-            return families
-
-    assert text_exposition(families) == exposition.generate_latest(Families())
-
-
-@pytest.mark.parametrize("node_labels", [{}, {"ray_node_id": 'n"1', "zone": "z\\1"}])
-def test_text_from_rows_matches_prometheus_client_byte_for_byte(node_labels):
-    from prometheus_client import exposition
-
-    from ray_accel.exporter.sinks.prometheus import snapshot_text
-
-    tricky = replace(sample_snapshot(),
-                     agent_facts={"version": 'a"b\\c\nd', "interval_seconds": "1",
-                                  "scenario": "ünïcode"},
-                     node_labels=node_labels)
-    families = snapshot_families(tricky)
-
-    class Families:
-        def collect(self):
-            return families
-
-    assert snapshot_text(tricky) == exposition.generate_latest(Families())
+# Byte-for-byte agreement with prometheus_client: tests/test_sinks_exposition.py.
