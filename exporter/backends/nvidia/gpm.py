@@ -44,6 +44,7 @@ SUSPEND_S = 60.0
 GPM_UNSUPPORTED = "gpm"  # the key of the `not_supported` entry in a sample's errors
 
 _METRIC_SIZE = ctypes.sizeof(pynvml.c_nvmlGpmMetric_t)
+_set_field = ctypes.Structure.__setattr__
 # One c_nvmlGpmMetric_t as read back: metricId, nvmlReturn, value; its metricInfo is skipped.
 _METRIC_ANSWER = f"Iid{_METRIC_SIZE - struct.calcsize('=Iid')}x"
 
@@ -114,6 +115,24 @@ _VIEW_FIGURES = ((m.ACTIVITY, labels_of({"engine": m.ENGINE_GRAPHICS})),
                  (m.PIPE_ACTIVITY, labels_of({"pipe": m.PIPE_TENSOR})))
 
 
+def _pairs(link_slots: tuple[tuple[int, tuple[str, int], str, float], ...]
+           ) -> tuple[tuple[tuple[str, int], int, int, float], ...] | None:
+    """(link, transmit slot, receive slot, scale) of each link whose two directions are asked
+    for (with one scale); None where some link has one direction only."""
+    by_link: dict[tuple[str, int], dict[str, tuple[int, float]]] = {}
+    for slot, link, direction, scale in link_slots:
+        by_link.setdefault(link, {})[direction] = (slot, scale)
+    pairs = []
+    for link, directions in by_link.items():
+        if set(directions) != {m.TRANSMIT, m.RECEIVE}:
+            return None
+        (tx, scale), (rx, rx_scale) = directions[m.TRANSMIT], directions[m.RECEIVE]
+        if scale != rx_scale:
+            return None
+        pairs.append((link, tx, rx, scale))
+    return tuple(pairs)
+
+
 class _Request:
     """One `c_nvmlGpmMetricsGet_t` asking for a set of metrics, reused every cycle."""
 
@@ -128,6 +147,7 @@ class _Request:
         # (slot, link, direction, scale) of each link rate asked for
         self.link_slots = tuple((slot, metric.link[:2], metric.link[2], metric.scale)
                                 for slot, metric in enumerate(metrics) if metric.link)
+        self.link_pairs = _pairs(self.link_slots)
         # (name, scale, labels) of each metric, in order
         self.meanings = tuple((metric.name, metric.scale, metric.labels) for metric in metrics)
         # the slots of the figures the judgements read (exporter/activity.py), None if not asked
@@ -203,7 +223,9 @@ class GpmActivity:
             self._previous, self._spare = self._spare, None
             return False
         request = self._request.struct
-        request.sample1, request.sample2 = self._previous, self._spare
+        # ctypes' own attribute setter: the binding's adds a str check, each cycle
+        _set_field(request, "sample1", self._previous)
+        _set_field(request, "sample2", self._spare)
         answered = self._timed(lambda: nvml.call(pynvml.nvmlGpmMetricsGet, request,
                                                  every_cycle=True))
         self._previous, self._spare = self._spare, self._previous
@@ -271,7 +293,8 @@ class GpmActivity:
         request = self._request
         statuses, values = request.statuses_and_values()
         success = pynvml.NVML_SUCCESS
-        if statuses.count(success) == len(statuses):  # the usual case: every metric answered
+        answered = statuses.count(success) == len(statuses)
+        if answered:  # the usual case: every metric answered
             readings = [Reading(name, value * scale, labels) for (name, scale, labels), value
                         in zip(request.meanings, values, strict=True)]
         else:
@@ -282,12 +305,7 @@ class GpmActivity:
         figures = tuple(None if slot is None or statuses[slot] != success
                         else values[slot] * request.meanings[slot][1]
                         for slot in request.view_slots)
-        rates: LinkRates = {}
-        for slot, link, direction, scale in request.link_slots:
-            value = values[slot]
-            if statuses[slot] == success and value >= 0:  # a negative one is dropped later
-                rates.setdefault(link, {})[direction] = value * scale
-        self.link_rates = rates
+        self.link_rates = self._rates(statuses, values, answered)
         if not self._pruned:
             # What a device does not offer (links it lacks, C2C off Grace) never appears later;
             # any other failure is this cycle's, and the metric is asked again.
@@ -297,3 +315,20 @@ class GpmActivity:
             if len(kept) < len(request.metrics):
                 self._request = _Request(kept)
         return readings, figures
+
+    def _rates(self, statuses: tuple[int, ...], values: tuple[float, ...],
+               answered: bool) -> LinkRates:
+        """The links' rates this cycle; a negative value (dropped later) is none."""
+        request = self._request
+        pairs = request.link_pairs
+        if answered and pairs is not None and (not values or min(values) >= 0):
+            transmit, receive = m.TRANSMIT, m.RECEIVE  # the usual case, in one pass
+            return {link: {transmit: values[tx] * scale, receive: values[rx] * scale}
+                    for link, tx, rx, scale in pairs}
+        rates: LinkRates = {}
+        success = pynvml.NVML_SUCCESS
+        for slot, link, direction, scale in request.link_slots:
+            value = values[slot]
+            if statuses[slot] == success and value >= 0:
+                rates.setdefault(link, {})[direction] = value * scale
+        return rates

@@ -138,6 +138,8 @@ class LinkLayout:
     # the links built from the counters as last read, and the peers they were built with
     built: tuple[tuple[Link, ...], dict[int, str]] | None = field(default=None, repr=False)
     _facts: dict[int, tuple[str, dict[str, str]]] = field(default_factory=dict, repr=False)
+    _all_facts: tuple[dict[int, str], tuple[dict[str, str], ...]] | None = field(
+        default=None, repr=False)
 
     def __post_init__(self) -> None:
         every, slow = [], []
@@ -159,6 +161,13 @@ class LinkLayout:
         if cached is None or cached[0] != peer:
             cached = self._facts[nvlink.index] = (peer, nvlink.as_facts(peer))
         return cached[1]
+
+    def nvlink_facts(self) -> tuple[dict[str, str], ...]:
+        """`facts_of` each NVLink, in order; looked up again only when the peers change."""
+        if self._all_facts is None or self._all_facts[0] != self.peer_uuids:
+            self._all_facts = (dict(self.peer_uuids),
+                               tuple(self.facts_of(nvlink) for nvlink in self.nvlinks))
+        return self._all_facts[1]
 
 
 def _quiet(fn: Any, *args: Any) -> Any | None:
@@ -314,7 +323,7 @@ def _read_counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bo
             layout.slow_readings[nvlink.index] = _slow_link_readings(calls, handle, nvlink,
                                                                      readings)
         counters = [[r for r in readings if r.metric == m.LINK_IO] for readings in counters]
-    found = tuple(tuple(readings) for readings in counters)
+    found = tuple(map(tuple, counters))
     if read_at is not None:
         layout.byte_readings, layout.bytes_read_at = found, read_at
         layout.schedule.done(now)
@@ -352,10 +361,11 @@ def _links(layout: LinkLayout, byte_readings: tuple[tuple[Reading, ...], ...],
     """The device's links with these byte counters and the slow link values last read."""
     links = []
     slow_readings = layout.slow_readings
-    for nvlink, readings in zip(layout.nvlinks, byte_readings, strict=False):
+    for nvlink, facts, readings in zip(layout.nvlinks, layout.nvlink_facts(), byte_readings,
+                                       strict=False):
         index = nvlink.index
-        links.append(Link(NVLINK, index, readings + slow_readings.get(index, ()),
-                          layout.facts_of(nvlink), counters_at=read_at))
+        links.append(Link(NVLINK, index, readings + slow_readings.get(index, ()), facts, {},
+                          read_at))  # positional: made often
     if byte_readings[-1]:
-        links.append(Link(PCIE, 0, byte_readings[-1], _HOST_FACTS, counters_at=read_at))
+        links.append(Link(PCIE, 0, byte_readings[-1], _HOST_FACTS, {}, read_at))
     return tuple(links)

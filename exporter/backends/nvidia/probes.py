@@ -211,13 +211,13 @@ def memory_health(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Re
         yield reading(m.RETIRED_PAGES_PENDING, 1 if pending == pynvml.NVML_FEATURE_ENABLED else 0)
 
 
-def activity(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Iterator[Reading]:
+def activity(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Reading]:
     """GPM engine, pipe and link activity since the last cycle (Hopper and newer), and
     whether the device spins (judged with this cycle's utilization, read before)."""
     gpm = state.extra.get("gpm")
     if gpm is None:
         gpm = state.extra["gpm"] = GpmActivity()
-    yield from gpm.read(nvml, handle, state.extra.get("utilization"))
+    return gpm.read(nvml, handle, state.extra.get("utilization"))
 
 
 DEVICE_PROBES: tuple[Probe, ...] = (
