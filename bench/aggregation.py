@@ -131,7 +131,7 @@ async def start_up(collector: Collector, nodes: int) -> dict[str, Any]:
         rounds.append(round_figures(collector, time.perf_counter() - started, cpu_s() - cpu))
         if rounds[-1]["waiting"] == 0 or len(rounds) >= MAX_START_UP_ROUNDS:
             break
-        await asyncio.sleep(max(REFRESH_S - (time.perf_counter() - started), 0.0))
+        await asyncio.sleep(collector.pause_after(time.perf_counter() - started))
     watching.cancel()
     return {"rounds": rounds, "to_full_view_s": time.perf_counter() - began,
             "cpu_s": cpu_s() - cpu_began,

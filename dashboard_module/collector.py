@@ -71,6 +71,8 @@ SUMMARY_RETRY_ROUNDS = 60
 START_STEP_S = 0.005
 # The interpreter's switch interval while a view is built (its default is 5 ms).
 BUILD_SWITCH_INTERVAL_S = 0.0005
+# The least pause between two rounds.
+MIN_PAUSE_S = 0.2
 # While a round's fetches run, the parts of the nodes that answered are made this often.
 PREPARE_EVERY_S = 0.25
 
@@ -209,7 +211,15 @@ class Collector:
                 await self.refresh()
             except Exception:  # keep refreshing whatever one round did
                 log.exception("refresh round failed")
-            await asyncio.sleep(max(self.refresh_s - (time.monotonic() - started), 0.2))
+            await asyncio.sleep(self.pause_after(time.monotonic() - started))
+
+    def pause_after(self, round_s: float) -> float:
+        """Seconds to wait after a round of `round_s` before the next: the rest of the
+        refresh interval, MIN_PAUSE_S at least; only MIN_PAUSE_S while the last round left
+        nodes never asked (the start-up: the head has work queued, not time to spare)."""
+        if self.last_round.deferred:
+            return MIN_PAUSE_S
+        return max(self.refresh_s - round_s, MIN_PAUSE_S)
 
     def session(self) -> aiohttp.ClientSession:
         """The HTTP session to the agents (made on first use)."""
@@ -345,14 +355,18 @@ class Collector:
         tenth of the event loop's work was the nodes' own timers). Nodes never asked
         before are paced (new_nodes.py): at most NEW_NODES_BACKLOG times `max_in_flight`
         of their fetches unfinished, the rest started as those finish, until the end of
-        the spread window; what is left then waits for the next round."""
+        the spread window; what is left then waits for the next round. After a round longer
+        than the refresh (the head behind on the nodes it knows) only `max_in_flight` of
+        them are asked."""
         limit = asyncio.Semaphore(self.max_in_flight)
         window = self.refresh_s * self.spread
         begun = time.monotonic()
         loop = asyncio.get_running_loop()
         started: list[asyncio.Task[None]] = []
+        behind = (self.last_round_duration_s or 0.0) > self.refresh_s
         new = NewNodes(lambda node: loop.create_task(self._fetch(node, limit, stats)),
-                       NEW_NODES_BACKLOG * self.max_in_flight, self.max_in_flight,
+                       0 if behind else NEW_NODES_BACKLOG * self.max_in_flight,
+                       self.max_in_flight, begun if behind else
                        begun + window if window > 0 else None)
         try:
             for offset, node in sorted(((start_offset(n.node_id, window), n) for n in nodes),
