@@ -288,7 +288,7 @@ class GpmActivity:
         self._slow_before = spent > SLOW_CALL_S
         return answer
 
-    def _readings(self) -> tuple[list[Reading], tuple[float | None, ...]]:
+    def _readings(self) -> tuple[list[Reading], list[float | None]]:
         """This cycle's readings, and the figures of them an `ActivityView` reads."""
         request = self._request
         statuses, values = request.statuses_and_values()
@@ -302,9 +302,8 @@ class GpmActivity:
                         for (name, scale, labels), status, value
                         in zip(request.meanings, statuses, values, strict=True)
                         if status == success]
-        figures = tuple(None if slot is None or statuses[slot] != success
-                        else values[slot] * request.meanings[slot][1]
-                        for slot in request.view_slots)
+        figures = [None if slot is None or statuses[slot] != success
+                   else values[slot] * request.meanings[slot][1] for slot in request.view_slots]
         self.link_rates = self._rates(statuses, values, answered)
         if not self._pruned:
             # What a device does not offer (links it lacks, C2C off Grace) never appears later;
