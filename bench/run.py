@@ -48,16 +48,15 @@ AGGREGATION_BEFORE = {10: ("31.2 ms", "+1.8 MiB", "1.41 ms"),
                       100: ("272 ms", "+27.6 MiB", "56.8 ms"),
                       1000: ("3.9 s", "+154 MiB", "238-489 ms"),
                       10_000: ("36-43 s", "+1,474 MiB", "889 ms")}
-# The head before the rounds set its objects aside from the cyclic garbage collector
-# (dashboard_module/round_gc.py), its fake agents answering through aiohttp (same bench, two
-# fake agents' processes; 10 to 1,000 nodes at load 3.4-10, 10,000 at 4.6-6.6): nodes ->
-# (round, head CPU per round, memory held, summary / heatmap columns / node page p99 while
-# rounds ran).
+# The head whose first round asked every node at once, its fake agents making each summary
+# when first asked (same bench, quiet machine, load 0.5-1.6): nodes -> (rounds after the
+# first: median / max wall, the first round's wall; head CPU per round, memory held, summary
+# / heatmap columns / node page p99 while rounds ran).
 AGGREGATION_SUMMARIES_BEFORE = {
-    10: ("2.84 s", "0.09 s", "+3 MiB", "11.1 / 11.5 / 116 ms"),
-    100: ("3.00 s", "0.18 s", "+6 MiB", "2.82 / 2.54 / 60.6 ms"),
-    1000: ("3.15 s", "0.62 s", "+41 MiB", "5.91 / 13.3 / 108 ms"),
-    10_000: ("10.52 s", "5.89 s", "+463 MiB", "50.1 / 157 / 513 ms")}
+    10: ("2.83 / 2.83 s", "0.08 s", "+3 MiB", "3.26 / 1.6 / 37.4 ms"),
+    100: ("3.00 / 3.01 s", "0.23 s", "+6 MiB", "4.1 / 9.75 / 53.2 ms"),
+    1000: ("3.15 / 3.18 s", "0.73 s", "+40 MiB", "2.9 / 6.03 / 26.5 ms"),
+    10_000: ("4.61 / 8.00 s, first 18.4 s", "4.12 s", "+442 MiB", "22.8 / 82.5 / 90.9 ms")}
 
 
 def aggregation(results: dict) -> None:
@@ -252,12 +251,17 @@ def report(results: dict) -> str:
         "summary. Rounds run as in production (5 s refresh, fetches spread over the first "
         "60 % of it) while a client in the head's process asks for the summary and both "
         "heatmap forms every 0.25 s and a "
-        "random node's page (a full snapshot fetched on demand) every 0.5 s. One process per "
+        "random node's page (a full snapshot fetched on demand) every 0.5 s. The start-up "
+        "(a fresh head, every summary new; nodes never asked are admitted at the rate the "
+        "head parses them, the others `waiting` in the view, `dashboard_module/new_nodes.py`)"
+        " runs until every node is in the view with its data: its rounds, its longest round "
+        "and when the last node came in (with the CPU until then) are in their own column, "
+        "the other round figures are the rounds after it. One process per "
         "size; memory is the head's resident growth from before the collector to after the "
         "rounds; CPU is the head process's own (user + system), the asking client's included. "
-        "The 'before' column is the head before its rounds set their objects aside from "
-        "the cyclic garbage collector (`dashboard_module/round_gc.py`), with the fake "
-        "agents answering through aiohttp (its heatmap figure: the columns form); the last "
+        "The 'before' column is the head whose first round asked every node at once (a "
+        "full pull of every summary in one round), its round figure the rounds after that "
+        "first one (median / max); the last "
         "column is the collector that pulled every full snapshot each round.",
         "",
         *aggregation_lines(results["aggregation"]),

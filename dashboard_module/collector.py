@@ -6,8 +6,12 @@ Each refresh round lists the live agents (from the GCS registry, or any
 node answers 304 with no body), each at a stable offset of its own within the
 first `spread` of the refresh interval, so a round is a steady trickle rather
 than one burst. An agent without the summary endpoint (404: an older release)
-is asked for its full snapshot instead. The view is then rebuilt, reusing the
-per-node work of every node that did not change. A node whose agent fails keeps
+is asked for its full snapshot instead. Nodes never asked before are paced
+(new_nodes.py): a fresh head beside 10,000 agents fills its view over a few
+rounds of about the refresh each, at the rate it parses new summaries, the rest
+`waiting`, and lists the whole cluster at once. The parts of the view of nodes
+that answered are made while the round's fetches run; the view is then built,
+reusing the per-node work of every node that did not change. A node whose agent fails keeps
 its last data, marked unreachable. The node page's full snapshot is fetched on
 demand (`node_detail`, dashboard_module/node_detail.py). API requests read
 `collector.view` only: a slow agent delays the next round, never a request.
