@@ -20,12 +20,13 @@ demand (`node_detail`, dashboard_module/node_detail.py). API requests read
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -309,33 +310,31 @@ class Collector:
                 self.provisional_views += 1
             elif self._arrived:
                 arrived, self._arrived = self._arrived, []
-                await loop.run_in_executor(self._parser, prepare_parts, arrived, self.refresh_s,
-                                           self._parts, None, _let_the_loop_run)
+                await loop.run_in_executor(self._parser, self._prepare, arrived)
             await asyncio.sleep(PREPARE_EVERY_S)
+
+    def _prepare(self, arrived: list[NodeState]) -> None:
+        with _handing_over_often():
+            prepare_parts(arrived, self.refresh_s, self._parts, None, _let_the_loop_run)
 
     def _build_provisional(self, nodes: list[NodeState]) -> ClusterView:
         """The view of the nodes so far (no history: that is the rounds'), its columns form
         encoded, in the parsing thread."""
-        view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
-                          self._transfer_devices)
-        columns_body(view, _let_the_loop_run)
+        with _handing_over_often():
+            view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
+                              self._transfer_devices)
+            columns_body(view, _let_the_loop_run)
         return view
 
     def _build(self, nodes: list[NodeState]) -> ClusterView:
         """The round's view, its history staged and its heatmap's columns form encoded (in
         the parsing thread: none of it waits on the event loop, nor holds it up; the
         per-node form is written from the rows each node's part encoded)."""
-        # While it builds, the interpreter hands the GIL over more often, so the event
-        # loop's thread waits less between its turns.
-        switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(BUILD_SWITCH_INTERVAL_S)
-        try:
+        with _handing_over_often():
             view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
                               self._transfer_devices)
             self.history.stage(view.generated_at, history_values(view), _let_the_loop_run)
             columns_body(view, _let_the_loop_run)
-        finally:
-            sys.setswitchinterval(switch_interval)
         return view
 
     def _track(self, targets: Sequence[AgentTarget]) -> None:
@@ -391,38 +390,42 @@ class Collector:
             raise
 
     async def _fetch(self, node: NodeState, limit: asyncio.Semaphore, stats: RoundStats) -> None:
-        async with limit:
-            started = time.monotonic()
-            stats.requests += 1
-            if node.has_summary is False and \
-                    self.rounds - node.summary_missing_round >= SUMMARY_RETRY_ROUNDS:
-                node.has_summary = None
-            try:
-                if node.has_summary is not False:
-                    await self._fetch_summary(node, stats)
-                if node.has_summary is False:
-                    await self._fetch_snapshot(node, stats)
-            except TimeoutError:
-                node.error = f"no answer within {self.fetch_timeout_s:g} s"
-            except (aiohttp.ClientError, OSError) as error:
-                node.error = f"{type(error).__name__}: {error}" if str(error) else \
-                    type(error).__name__
-            except (NotASnapshot, ValueError) as error:
-                node.error = f"bad snapshot: {error}"
-            else:
-                node.error, node.fetched_at = "", time.time()
-            if node.error:
-                stats.failures += 1
-            node.fetch_duration_s = time.monotonic() - started
+        """Node `node`'s answer: at most `limit` requests at once; the parsing of what they
+        bring waits outside it, so that requests go on while the parsing thread is busy
+        (held, their answers stalled the parsing thread between two batches)."""
+        started = time.monotonic()
+        stats.requests += 1
+        if node.has_summary is False and \
+                self.rounds - node.summary_missing_round >= SUMMARY_RETRY_ROUNDS:
+            node.has_summary = None
+        try:
+            if node.has_summary is not False:
+                await self._fetch_summary(node, stats, limit)
+            if node.has_summary is False:
+                await self._fetch_snapshot(node, stats, limit)
+        except TimeoutError:
+            node.error = f"no answer within {self.fetch_timeout_s:g} s"
+        except (aiohttp.ClientError, OSError) as error:
+            node.error = f"{type(error).__name__}: {error}" if str(error) else \
+                type(error).__name__
+        except (NotASnapshot, ValueError) as error:
+            node.error = f"bad snapshot: {error}"
+        else:
+            node.error, node.fetched_at = "", time.time()
+        if node.error:
+            stats.failures += 1
+        node.fetch_duration_s = time.monotonic() - started
 
-    async def _fetch_summary(self, node: NodeState, stats: RoundStats) -> None:
+    async def _fetch_summary(self, node: NodeState, stats: RoundStats,
+                             limit: asyncio.Semaphore) -> None:
         """The node's summary; 304 keeps its data and only refreshes its time."""
         held = node.data is not None and node.etag
         headers = {"If-None-Match": node.etag} if held else {}
         try:
-            reply = await self.connections().get(node.url.rstrip("/") + "/api/v1/summary",
-                                                 headers, self.fetch_timeout_s,
-                                                 MAX_SNAPSHOT_BYTES)
+            async with limit:
+                reply = await self.connections().get(
+                    node.url.rstrip("/") + "/api/v1/summary", headers, self.fetch_timeout_s,
+                    MAX_SNAPSHOT_BYTES)
         except AnswerTooLarge as error:
             raise NotASnapshot(str(error)) from None
         if reply.status == 404:  # an agent older than the summary
@@ -459,8 +462,10 @@ class Collector:
         data["node_id"] = data["node_id"] or node.node_id
         return data
 
-    async def _fetch_snapshot(self, node: NodeState, stats: RoundStats) -> None:
-        body = await self._snapshot_body(node)
+    async def _fetch_snapshot(self, node: NodeState, stats: RoundStats,
+                              limit: asyncio.Semaphore) -> None:
+        async with limit:
+            body = await self._snapshot_body(node)
         stats.snapshots += 1
         stats.body_bytes += len(body)
         # Parsed off the event loop (a 1000-node round would block it for seconds), one
@@ -479,6 +484,18 @@ class Collector:
     def inject(self, node: NodeState) -> None:
         """Add a node with data already fetched (tests and benchmarks)."""
         self.nodes[node.node_id] = node
+
+
+@contextlib.contextmanager
+def _handing_over_often() -> Iterator[None]:
+    """While a view or its parts are built, the interpreter hands the GIL over more often,
+    so the event loop's thread waits less between its turns."""
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(BUILD_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(switch_interval)
 
 
 def _let_the_loop_run() -> None:
