@@ -3,13 +3,15 @@
 The backend asks for a device's compute and graphics processes with a buffer it keeps
 per device, instead of the binding's count query and list call; the answers must be
 the binding's, on GPUs and MIG instances, and a failing list call costs only that
-list. The real nvidia-ml-py binding reads the fake libnvidia-ml.so.1, time frozen so
-that the processes the scenarios list stay put.
+list; no utilization sample since the last one is an empty answer, not an error. The
+real nvidia-ml-py binding reads the fake libnvidia-ml.so.1, time frozen so that the
+processes the scenarios list stay put.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from collections import Counter
 
 import pynvml
@@ -18,8 +20,10 @@ import pytest
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.nvidia.process_samples import (
     INITIAL_PROCESSES,
+    SampleBuffer,
     nvmlDeviceGetComputeRunningProcesses,
     nvmlDeviceGetGraphicsRunningProcesses,
+    nvmlDeviceGetProcessUtilization,
     process_buffer,
 )
 from ray_accel.exporter.simulate import load_scenario
@@ -119,3 +123,16 @@ def test_a_failing_list_call_costs_only_its_list(open_backend):
     assert "nvmlDeviceGetGraphicsRunningProcesses" in backend._tracked[
         by_index["6"].uuid].calls.unsupported
     assert [p.pid for p in six[1].processes] == [p.pid for p in six[0].processes] != []
+
+
+def test_no_utilization_sample_since_is_an_empty_answer_not_an_error(open_backend):
+    backend, devices, _ = open_backend(_frozen("hgx-h200"))
+    gpu = devices[0]
+    handle = backend._tracked[gpu.uuid].handle
+    later_us = int((time.time() + 3600) * 1e6)  # no sample can be newer than this
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetProcessUtilization(handle, later_us)
+    assert nvmlDeviceGetProcessUtilization(handle, later_us, SampleBuffer()) == []
+    samples = nvmlDeviceGetProcessUtilization(handle, 0, SampleBuffer())
+    assert samples and {s.pid for s in samples} <= {p.pid for p in backend.sample(gpu).processes}
+    assert "nvmlDeviceGetProcessUtilization" not in backend.sample(gpu).errors

@@ -44,7 +44,6 @@ THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
     (pynvml.nvmlClocksEventReasonDisplayClockSetting, "display_clock_setting"),
 )
 
-_NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND})
 # Each reason's two possible readings (1: holding the clocks down, 0: not), built once.
 _THROTTLE_READINGS: tuple[tuple[int, Reading, Reading], ...] = tuple(
     (bit, Reading(m.THROTTLE_ACTIVE, 1.0, (("reason", name),)),
@@ -242,9 +241,9 @@ def processes(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[Proce
     if not (lists[0] or lists[1]):
         return ()
     # NVML keeps a buffer of samples; asking with the newest timestamp seen so
-    # far returns only new ones. NotFound means no process was busy since then.
+    # far returns only new ones (none: no process was busy since then).
     found = nvml.call(nvmlDeviceGetProcessUtilization, handle, state.last_process_sample_us,
-                      state.process_samples, empty_on=_NOT_FOUND, empty=[])
+                      state.process_samples)
     answers = (lists, found)
     last = state.extra.get(_PROCESSES)
     if last is None or last[0] != answers:

@@ -10,7 +10,8 @@ driver says the buffer is too small (`NVML_ERROR_INSUFFICIENT_SIZE`, with the
 count it needs) does it grow the buffer (to twice that count, as the binding
 sizes its own, in case more processes come meanwhile) and ask again. The
 answers are copied out of the buffer in one piece, the structs' layouts taken
-from the binding.
+from the binding. No utilization sample since the last one seen (NOT_FOUND,
+which the binding raises) is an empty answer, without the cost of an exception.
 """
 
 from __future__ import annotations
@@ -79,15 +80,19 @@ def process_buffer() -> SampleBuffer:
     return SampleBuffer(INITIAL_PROCESSES, _PROCESS)
 
 
-def _filled(buffer: SampleBuffer, call: Callable[[Any, ctypes.c_uint], int]) -> int:
+def _filled(buffer: SampleBuffer, call: Callable[[Any, ctypes.c_uint], int],
+            none_on: int | None = None) -> int:
     """How many entries `call(array, count)` put in the buffer, growing it once if the driver
-    says it is too small. Raises `pynvml.NVMLError` for any other failure."""
+    says it is too small; 0 where it answers `none_on`. Raises `pynvml.NVMLError` for any
+    other failure."""
     count = ctypes.c_uint(buffer.size)
     status = call(buffer.array, count)
     if status == pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
         buffer.resize(count.value * 2)
         count = ctypes.c_uint(buffer.size)
         status = call(buffer.array, count)
+    if status == none_on:
+        return 0
     pynvml._nvmlCheckReturn(status)
     return count.value
 
@@ -99,13 +104,13 @@ def _function(name: str) -> Any:
 
 def nvmlDeviceGetProcessUtilization(handle: Any, last_seen_us: int,
                                     buffer: SampleBuffer) -> list[ProcessUtilization]:
-    """The samples newer than `last_seen_us`, as the binding's function of this name answers.
-
-    Raises `pynvml.NVMLError` as the binding does (NotFound: no sample since then).
+    """The samples newer than `last_seen_us`, as the binding's function of this name answers,
+    except that none since then (the driver's NOT_FOUND, which the binding raises, every
+    cycle on an idle GPU) is an empty list. Raises `pynvml.NVMLError` for other failures.
     """
     since = ctypes.c_ulonglong(last_seen_us)
     count = _filled(buffer, lambda array, size: _function("nvmlDeviceGetProcessUtilization")(
-        handle, array, ctypes.byref(size), since))
+        handle, array, ctypes.byref(size), since), none_on=pynvml.NVML_ERROR_NOT_FOUND)
     return [ProcessUtilization(*sample)
             for sample in _SAMPLE_LAYOUT.iter_unpack(buffer.raw(count, _SAMPLE_LAYOUT))]
 
