@@ -52,9 +52,11 @@ class CounterSchedule:
         self._seen_at = now
         if measured is None or self.read_at is None:
             return True
-        for link in links:  # a plain loop: called for each GPU every cycle
-            if len(measured.get(link, ())) < 2:
-                return True  # a link (or one direction of it) GPM did not measure this cycle
+        try:  # every link measured both ways (checked without a Python loop: each GPU, each cycle)
+            if links and min(map(len, map(measured.__getitem__, links))) < 2:
+                return True  # one direction of a link GPM did not measure this cycle
+        except KeyError:
+            return True  # a link GPM did not measure this cycle
         busier = max(measured[PCIE_LINK].values())
         self._pcie_bytes += busier * elapsed
         return self._pcie_bytes + busier * elapsed >= WRAP_GUARD_BYTES

@@ -69,6 +69,9 @@ class DeviceState:
 Probe = Callable[[DeviceCalls, Any, DeviceState], Iterable[Reading]]
 
 
+# A binding struct's field as ctypes reads it: the binding's own attribute lookup adds a
+# Python-level bytes check to each (numbers only are read this way).
+_number_field = object.__getattribute__
 # The labels of the every-cycle probes' readings, built once (a cycle makes a hundred of them).
 _GENERAL, _GPU_SENSOR = (("task", m.TASK_GENERAL),), (("sensor", "gpu"),)
 _SM, _MEMORY, _ENCODER, _DECODER = ((("engine", engine),) for engine in (
@@ -82,9 +85,10 @@ def utilization(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Read
     rates = nvml.call(pynvml.nvmlDeviceGetUtilizationRates, handle)
     busy = None
     if rates is not None:
-        busy = rates.gpu / 100
+        busy = _number_field(rates, "gpu") / 100
         found.append(Reading(m.GPU_UTILIZATION, busy, _GENERAL))
-        found.append(Reading(m.MEMORY_BANDWIDTH_UTILIZATION, rates.memory / 100))
+        found.append(Reading(m.MEMORY_BANDWIDTH_UTILIZATION,
+                             _number_field(rates, "memory") / 100))
     state.extra["utilization"] = busy  # for activity
     for fn, labels in _CODECS:
         answer = nvml.call(fn, handle)
@@ -99,7 +103,8 @@ def memory(nvml: DeviceCalls, handle: Any, _: DeviceState) -> list[Reading]:
         info = nvml.call(pynvml.nvmlDeviceGetMemoryInfo, handle)
     if info is None:
         return []
-    found = [Reading(m.MEMORY_USAGE, float(info.used)), Reading(m.MEMORY_LIMIT, float(info.total))]
+    found = [Reading(m.MEMORY_USAGE, float(_number_field(info, "used"))),
+             Reading(m.MEMORY_LIMIT, float(_number_field(info, "total")))]
     reserved = getattr(info, "reserved", None)
     if reserved is not None:
         found.append(Reading(m.MEMORY_RESERVED, float(reserved)))
