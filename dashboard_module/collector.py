@@ -358,18 +358,14 @@ class Collector:
         tenth of the event loop's work was the nodes' own timers). Nodes never asked
         before are paced (new_nodes.py): at most NEW_NODES_BACKLOG times `max_in_flight`
         of their fetches unfinished, the rest started as those finish, until the end of
-        the spread window; what is left then waits for the next round. After a round longer
-        than the refresh (the head behind on the nodes it knows) only `max_in_flight` of
-        them are asked."""
+        the spread window; what is left then waits for the next round."""
         limit = asyncio.Semaphore(self.max_in_flight)
         window = self.refresh_s * self.spread
         begun = time.monotonic()
         loop = asyncio.get_running_loop()
         started: list[asyncio.Task[None]] = []
-        behind = (self.last_round_duration_s or 0.0) > self.refresh_s
         new = NewNodes(lambda node: loop.create_task(self._fetch(node, limit, stats)),
-                       0 if behind else NEW_NODES_BACKLOG * self.max_in_flight,
-                       self.max_in_flight, begun if behind else
+                       NEW_NODES_BACKLOG * self.max_in_flight, self.max_in_flight,
                        begun + window if window > 0 else None)
         try:
             for offset, node in sorted(((start_offset(n.node_id, window), n) for n in nodes),

@@ -120,24 +120,6 @@ def test_without_a_spread_window_new_nodes_are_paced_but_all_asked_in_one_round(
     asyncio.run(scenario())
 
 
-def test_a_head_behind_on_its_known_nodes_asks_only_max_in_flight_new_ones():
-    async def scenario() -> None:
-        async with HeldAgents() as agents:
-            agents.release.set()
-            collector = collector_of(agents, spread=0.5)
-            try:
-                collector.last_round_duration_s = 3 * collector.refresh_s  # a late round
-                await collector.refresh()
-                assert (collector.last_round.summaries, collector.last_round.deferred) == \
-                    (IN_FLIGHT, NODES - IN_FLIGHT)
-                await collector.refresh()  # on time again: the backlog's pace
-                assert collector.last_round.summaries > IN_FLIGHT
-            finally:
-                await collector.stop()
-
-    asyncio.run(scenario())
-
-
 def _nodes(count: int, now: float) -> list[NodeState]:
     nodes = []
     for number in range(count):
