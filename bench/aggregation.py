@@ -9,9 +9,10 @@ fake agents of dashboard_module/fleet_agents.py in processes of their own (so th
 head's CPU and memory are the head's alone; two by default, each serving half the
 nodes, so that a node page's snapshot queues behind half the fleet's summaries, not
 all of them, where each real node's agent serves only its own): each node's summary
-with its ETag and 304s, and its full snapshot for the node page, answered by a minimal
-HTTP/1.1 responder rather than the agents' aiohttp server, whose CPU would otherwise
-compete with the head's for this machine's cores. The fleet is spread (racks,
+(made before they serve, as a real agent's is ready) with its ETag and 304s, and its
+full snapshot for the node page, answered by a minimal HTTP/1.1 responder rather
+than the agents' aiohttp server, whose CPU would otherwise compete with the head's
+for this machine's cores. The fleet is spread (racks,
 NVLink domains, node pools; utilization, activity, power and temperature vary by
 node), so the head finds no more equal values to share than in a real fleet.
 Every refresh interval a `--change` share of the nodes gets a new summary (as
