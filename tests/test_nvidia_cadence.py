@@ -6,7 +6,7 @@ on a device's first cycle and then every `slow_read_interval_s`, each GPU at its
 own point of the interval; the energy counter (`Cadence.RARE`) the same way every
 `RARE_READ_EVERY` intervals. In between their last values are exported with
 their age, and a device lost in between keeps its counters. Per-process utilization
-costs one driver call a read, not the binding's two. The real
+and each process list cost one driver call a read, not the binding's two. The real
 nvidia-ml-py binding reads the fake libnvidia-ml.so.1 of the `hgx-h200` node
 (its simulated driver time removed), on a clock the tests step.
 """
@@ -45,6 +45,7 @@ GPUS = 8
 ENERGY_CALL = "nvmlDeviceGetTotalEnergyConsumption"
 SLOW_CALL = "nvmlDeviceGetPcieReplayCounter"  # one of the slow probes' calls
 PROCESS_CALL = "nvmlDeviceGetProcessUtilization"
+LIST_CALL = "nvmlDeviceGetComputeRunningProcesses_v3"
 
 
 @pytest.fixture
@@ -335,7 +336,8 @@ def _crowd(pids: list[int], doc: dict) -> None:
         for n, pid in enumerate(pids)]
 
 
-def test_process_utilization_is_one_driver_call_its_buffer_grown_once(node, nvml_calls):
+def test_process_utilization_and_lists_are_one_driver_call_each_buffers_grown_once(
+        node, nvml_calls):
     pids = list(range(50001, 50041))  # more samples than the buffer first holds
     node.modify(partial(_crowd, pids))
     clock = SteppedClock(1000.0)
@@ -347,21 +349,25 @@ def test_process_utilization_is_one_driver_call_its_buffer_grown_once(node, nvml
         while (len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) < len(pids)
                and time.monotonic() < deadline):
             time.sleep(0.02)  # the fake takes up a changed scenario within 10 ms
-        calls, shares = [], []
+        calls, shares, memory = [], [], []
         for _ in range(3):
             clock.now += 1.0
             time.sleep(0.2)  # a newer sample each time: the driver samples every 167 ms
-            before = nvml_calls[PROCESS_CALL]
+            before = Counter(nvml_calls)
             sample = backend.sample(gpu)
-            calls.append(nvml_calls[PROCESS_CALL] - before)
+            calls.append([nvml_calls[name] - before[name] for name in (PROCESS_CALL, LIST_CALL)])
+            memory.append({process.pid: r.value for process in sample.processes
+                           for r in process.readings if r.metric == m.PROCESS_MEMORY_USAGE})
             shares.append({process.pid: value for process in sample.processes
                            for r in process.readings if r.metric == m.PROCESS_UTILIZATION
                            and r.labels == (("engine", m.ENGINE_SM),) for value in [r.value]})
     finally:
         backend.close()
-    assert calls == [2, 1, 1]  # too small once (the driver says how many), then one call each
+    # too small once (the driver says how many), then one call each
+    assert calls == [[2, 2], [1, 1], [1, 1]]
     expected = {pid: (1 + n) / 100 for n, pid in enumerate(pids)}
     assert shares == [expected] * 3
+    assert memory == [dict.fromkeys(pids, float(2**30))] * 3
 
 
 def _measured(sample: DeviceSample) -> bool:

@@ -1,7 +1,8 @@
 """Running-process lists in one driver call each (exporter/backends/nvidia/process_samples.py).
 
 The backend asks for a device's compute and graphics processes with a buffer it keeps
-per device, instead of the binding's count query and list call; the answers must be
+per device, instead of the binding's count query and list call (the calls are counted
+in tests/test_nvidia_cadence.py); the answers must be
 the binding's, on GPUs and MIG instances, and a failing list call costs only that
 list; no utilization sample since the last one is an empty answer, not an error. The
 real nvidia-ml-py binding reads the fake libnvidia-ml.so.1, time frozen so that the
@@ -12,14 +13,12 @@ from __future__ import annotations
 
 import copy
 import time
-from collections import Counter
 
 import pynvml
 import pytest
 
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.nvidia.process_samples import (
-    INITIAL_PROCESSES,
     SampleBuffer,
     nvmlDeviceGetComputeRunningProcesses,
     nvmlDeviceGetGraphicsRunningProcesses,
@@ -28,7 +27,6 @@ from ray_accel.exporter.backends.nvidia.process_samples import (
 )
 from ray_accel.exporter.simulate import load_scenario
 
-COMPUTE_CALL = "nvmlDeviceGetComputeRunningProcesses_v3"
 NO_INSTANCE = 0xFFFFFFFF  # the instance ids of a process not in a MIG instance
 LISTS = ((nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetComputeRunningProcesses),
          (nvmlDeviceGetGraphicsRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses))
@@ -55,20 +53,6 @@ def _binding(fn, handle) -> list[tuple]:
     return [(p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId) for p in fn(handle)]
 
 
-@pytest.fixture
-def c_calls(monkeypatch) -> Counter[str]:
-    """NVML C functions called, by name (looked up on every call, as the binding does)."""
-    counts: Counter[str] = Counter()
-    lookup = pynvml._nvmlGetFunctionPointer
-
-    def counted(name: str):
-        counts[name] += 1
-        return lookup(name)
-
-    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", counted)
-    return counts
-
-
 def test_the_lists_are_the_bindings_on_gpus_and_mig_instances(open_backend):
     backend, devices, _ = open_backend(_frozen("a100-mig"))
     listed = []
@@ -83,26 +67,6 @@ def test_the_lists_are_the_bindings_on_gpus_and_mig_instances(open_backend):
     assert len({p for _, p in mig}) == 1
     indices = sorted(index for index, _ in mig)
     assert len(indices) == 2 and indices[0] == "0" and indices[1].startswith("0/")
-
-
-def test_one_call_per_list_the_buffer_grown_once_and_the_samples_as_listed(open_backend,
-                                                                          c_calls):
-    pids = range(60001, 60001 + 3 * INITIAL_PROCESSES)  # more than the buffer first holds
-    backend, devices, _ = open_backend(_crowded(pids))
-    gpu = next(d for d in devices if d.index == "7")
-    calls, memory = [], []
-    for _ in range(3):
-        before = c_calls[COMPUTE_CALL]
-        sample = backend.sample(gpu)
-        calls.append(c_calls[COMPUTE_CALL] - before)
-        memory.append({p.pid: r.value for p in sample.processes for r in p.readings
-                       if r.metric == m.PROCESS_MEMORY_USAGE})
-    handle = backend._tracked[gpu.uuid].handle
-    expected = {pid: float(used) for fn in (pynvml.nvmlDeviceGetComputeRunningProcesses,
-                                            pynvml.nvmlDeviceGetGraphicsRunningProcesses)
-                for pid, used, _, _ in _binding(fn, handle)}
-    assert calls == [2, 1, 1]  # too small once (the driver says how many), then one call
-    assert len(expected) == len(pids) and memory == [expected] * 3
 
 
 def test_a_failing_list_call_costs_only_its_list(open_backend):

@@ -183,29 +183,18 @@ class VendorCalls(CallErrors):
         name = function + f"[{key}]" if key else function
         if name in self._unsupported:
             return None
+        # A call fast last time (`cost` is its cost-table entry) is not being reused and is
+        # timed by the wall clock alone; any other is looked up among the reused and timed here.
         cost = self._fast.get(name)
-        if cost is not None:  # fast last time: not reused, timed by the wall clock alone
-            wall_before = perf_counter()
-            try:
-                answer = fn(*args)
-            except Exception as error:  # the vendor's own errors and its binding's
-                answer = self._answer_to(error, name, function, empty_on, empty)
-                if answer is None:
-                    return None
-            spent = perf_counter() - wall_before
-            if spent <= self._fast_within:
-                cost[0] += 1
-                cost[1] += spent
-            else:  # it may have been slow: timed on the CPU clock from its next call
-                del self._fast[name]
-            return answer
-        now = 0.0
-        if self._slow_call_cpu_s is not None:  # slow answers may be reused
-            now = self._clock()
-            reused = self._reused.get(name)
-            if reused is not None and now < reused[0]:
-                return reused[1]
-        cpu_before = time.thread_time() if self._timed else 0.0
+        now = cpu_before = 0.0
+        if cost is None:
+            if self._slow_call_cpu_s is not None:  # slow answers may be reused
+                now = self._clock()
+                reused = self._reused.get(name)
+                if reused is not None and now < reused[0]:
+                    return reused[1]
+            if self._timed:
+                cpu_before = time.thread_time()
         wall_before = perf_counter()
         try:
             answer = fn(*args)
@@ -213,7 +202,14 @@ class VendorCalls(CallErrors):
             answer = self._answer_to(error, name, function, empty_on, empty)
             if answer is None:
                 return None
-        if self._timed:
+        if cost is not None:
+            spent = perf_counter() - wall_before
+            if spent <= self._fast_within:
+                cost[0] += 1
+                cost[1] += spent
+            else:  # it may have been slow: timed on the CPU clock from its next call
+                del self._fast[name]
+        elif self._timed:
             self._remember(name, function, now, (cpu_before, wall_before), every_cycle,
                            answer)
         return answer
