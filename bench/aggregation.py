@@ -182,7 +182,7 @@ async def measure(nodes: int, change: float, rounds: int,
             await asking
             results["rounds"] = per_round
             results["cpu_share"] = (cpu_s() - window_cpu) / (time.perf_counter() - window_wall)
-            results["rss_mib"] = {"before": before, "after_first_round": after_first,
+            results["rss_mib"] = {"before": before, "after_start_up": after_first,
                                   "after": rss_mib()}
             results["during_rounds"] = {k: percentiles(v) for k, v in timings.items()}
             results["node_page_fetches"] = collector.details.fetches
