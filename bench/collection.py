@@ -147,7 +147,7 @@ def collection_section(results: dict, note: str = "") -> list[str]:
         "`ray.dashboard.modules.reporter.gpu_providers.GpuMetricProvider.get_gpu_usage()`,",
         "what Ray's reporter agent calls every 5 s. Cycles are 1 s apart on a stepped clock:",
         "values marked *slow cadence* in [metrics.md](metrics.md) (error counters, link",
-        "states, the PCIe link's generation and width, NVLink fabric state and health)",
+        "states, the PCIe link's current generation and width)",
         f"are read every {SLOW_READ_INTERVAL_S:g} s and the *rare cadence* (energy) "
         f"every {SLOW_READ_INTERVAL_S * RARE_READ_EVERY:g} s, each GPU at its own point of",
         "those intervals, and a GPU whose GPM measures its links reads their byte counters",

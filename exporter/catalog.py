@@ -312,31 +312,30 @@ CATALOG: tuple[MetricSpec, ...] = (
           "(NV# for # direct or switched NVLinks, PIX, PXB, PHB, NODE, SYS), and whether "
           "peer-to-peer access works.",
           "peer_uuid", "peer_index", "connection", "p2p"),
-    # NVLink fabric (NVSwitch systems: GB200/GB300 NVL72, HGX B200), read on the slow cadence
+    # NVLink fabric (NVSwitch systems: GB200/GB300 NVL72, HGX B200), read every cycle
     _gauge(FABRIC_STATE, "",
            "NVLink fabric registration state of the GPU (nvmlGpuFabricState_t): 1 not "
            "started, 2 in progress, 3 completed; absent where the GPU has no NVLink fabric.",
-           valid=ValidRange(1, 3), cadence=Cadence.SLOW),
+           valid=ValidRange(1, 3)),
     _gauge(FABRIC_STATUS, "",
            "Result of the GPU's fabric registration as an NVML return code: 0 success, "
            "anything else the error it failed with (meaningful once the state is completed).",
-           valid=ValidRange(0, 999), cadence=Cadence.SLOW),
+           valid=ValidRange(0, 999)),
     _gauge(FABRIC_HEALTH_SUMMARY, "",
            "The driver's summary of the GPU's fabric health: 1 healthy, 2 unhealthy, 3 "
-           "limited capacity; absent where not reported.", valid=ValidRange(1, 3),
-           cadence=Cadence.SLOW),
+           "limited capacity; absent where not reported.", valid=ValidRange(1, 3)),
     _gauge(FABRIC_HEALTH_ISSUE, "",
            "1 while the fabric health mask reports the given issue (degraded_bandwidth, "
            "route_recovery, route_unhealthy, access_timeout_recovery, "
            "incorrect_configuration, partition_unassigned, gfm_disconnected), 0 while it "
            "reports the field fine; absent where the field is not supported.", "field",
-           valid=FLAG, cadence=Cadence.SLOW),
+           valid=FLAG),
     _info(FABRIC_INFO,
           "The GPU's NVLink fabric: cluster UUID and clique (its NVLink domain), and the "
           "names of its state, registration status, health summary and incorrect "
           "configuration reason (none when correct).",
           "cluster_uuid", "clique_id", "state", "status", "health_summary",
-          "incorrect_configuration", cadence=Cadence.SLOW),
+          "incorrect_configuration"),
     _gauge(DEVICE_ALLOCATED, "1",
            "Fraction of the device Ray's scheduler has assigned to workers, all together."),
     # Ray workers and processes on devices

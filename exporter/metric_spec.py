@@ -29,8 +29,8 @@ class Cadence(enum.Enum):
     `--slow-read-interval` seconds (`SLOW_READ_INTERVAL_S` by default), each device
     at its own point of that interval, and the last values exported in between
     with their age (`ray.accelerator.device.slow_values.age`): counters whose rate
-    Prometheus computes, error counts and board state that change rarely (PCIe link
-    generation and width, NVLink fabric state and health). RARE: every
+    Prometheus computes, error counts and board state that change rarely (the PCIe
+    link's current generation and width). RARE: every
     `RARE_READ_EVERY` slow intervals (20 s by default), the same way, with their own
     age (`ray.accelerator.device.rare_values.age`): the energy counter, whose read costs
     a real H200's driver about 5 ms of CPU.

@@ -1,13 +1,13 @@
-"""The GPU's NVLink fabric: state, registration status, health.
+"""The GPU's NVLink fabric, read every cycle: state, registration status, health.
 
 `nvmlDeviceGetGpuFabricInfoV` with the v3 struct (health summary included); a
 driver that only knows v2 answers ARGUMENT_VERSION_MISMATCH, and the device is
 read with v2 (no summary) from then on. A GPU without an NVLink fabric answers
 NOT_SUPPORTED (or state NOT_SUPPORTED): its fabric series are absent.
 
-Read on the device's slow cadence (cadence.py; 10 s by default) and exported as
-last read in between with the slow values' age: registration and health change
-rarely, and the alert on them waits minutes (`fabric_unhealthy_for`).
+Every cycle, not on the slow cadence: the call is cheap (microseconds on a real H200),
+the readings are made again only when the answer changes, and a change of health is
+an event whose time matters (the tab's finding, a recording of it).
 """
 
 from __future__ import annotations
@@ -54,12 +54,12 @@ def read_fabric(nvml: DeviceCalls, handle: Any, state: DeviceState) -> Any | Non
     """The device's fabric info (v3 struct, or v2 on older drivers), None when not answered."""
     if not state.extra.get(_V2_ONLY):
         info = nvml.call(nvmlDeviceGetGpuFabricInfoV, handle, key="v3",
-                         empty_on=_VERSION_MISMATCH, empty=False, every_cycle=True)
+                         empty_on=_VERSION_MISMATCH, empty=False)
         if info is not False:
             return info
         state.extra[_V2_ONLY] = True
     return nvml.call(nvmlDeviceGetGpuFabricInfoV, handle, pynvml.c_nvmlGpuFabricInfo_v2_t,
-                     key="v2", every_cycle=True)
+                     key="v2")
 
 
 def _name(names: Mapping[str, int], code: int) -> str:

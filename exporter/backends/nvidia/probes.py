@@ -225,10 +225,10 @@ def activity(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Reading
 
 
 DEVICE_PROBES: tuple[Probe, ...] = (
-    utilization, memory, power, temperature, clocks, throttling, activity,
+    utilization, memory, power, temperature, clocks, throttling, activity, fabric,
 )
 # Read on the slow cadence (cadence.py); every metric they yield is `Cadence.SLOW` in the catalog.
-SLOW_PROBES: tuple[Probe, ...] = (power_limit, errors, memory_health, fabric)
+SLOW_PROBES: tuple[Probe, ...] = (power_limit, errors, memory_health)
 # Read on the rare cadence; every metric they yield is `Cadence.RARE` in the catalog.
 RARE_PROBES: tuple[Probe, ...] = (energy,)
 

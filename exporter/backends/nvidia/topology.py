@@ -1,7 +1,7 @@
 """The node's GPU topology as NVML sees it: device pairs, NUMA, CPU affinity, NVLink domain.
 
 Read once when the backend opens; none of it changes while the driver is loaded. (The
-fabric's state and health can change: fabric.py reads them on the slow cadence.)
+fabric's state and health can change: fabric.py reads them every cycle.)
 """
 
 from __future__ import annotations
