@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .agent_client import open_agent
 from .backends import BackendUnavailable, load_backends
 from .model import Device
 from .topology import render
@@ -57,6 +55,10 @@ class NodeView:
 
 
 def _fetch(node_id: str, url: str) -> NodeView:
+    # Imported here: the agent's command line loads this module, and the HTTP client
+    # (urllib.request, http.client, the email parser) is only for `topo --address`.
+    from .agent_client import open_agent
+
     try:
         with open_agent(f"{url}/api/v1/snapshot", FETCH_TIMEOUT_S) as reply:
             snapshot = json.load(reply)

@@ -175,9 +175,12 @@ def test_values_are_written_like_go(value):
     assert go_float(value) == floatToGoString(value)
 
 
-def test_the_agents_http_side_does_not_import_prometheus_client():
-    code = ("import sys; import ray_accel.exporter.agent, ray_accel.exporter.server; "
-            "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))")
+def test_the_agents_command_line_imports_neither_prometheus_client_nor_an_http_client():
+    """What `ray-accel agent` loads before it starts: no prometheus_client, and no urllib
+    client (only `topo --address` and Ray attribution's State API use one)."""
+    code = ("import sys; import ray_accel.exporter.cli, ray_accel.exporter.agent; "
+            "print(sorted(m for m in sys.modules if m.startswith('prometheus_client') "
+            "or m in ('urllib.request', 'http.client')))")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True).stdout.strip()
     assert found == "[]"
