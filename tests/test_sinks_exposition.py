@@ -99,22 +99,20 @@ def _all_snapshots(h200_snapshot: NodeSnapshot) -> list[NodeSnapshot]:
     return [*_tricky_snapshots(), h200_snapshot]
 
 
-def test_text_is_prometheus_clients_byte_for_byte(h200_snapshot):
+# (OpenMetrics?, prometheus_client's content type and writer, ours)
+_FORMATS = {"text": (False, exposition.CONTENT_TYPE_LATEST, exposition.generate_latest, TEXT),
+            "openmetrics": (True, openmetrics.CONTENT_TYPE_LATEST, openmetrics.generate_latest,
+                            OPENMETRICS)}
+
+
+@pytest.mark.parametrize("form", sorted(_FORMATS))
+def test_each_format_is_prometheus_clients_byte_for_byte(h200_snapshot, form):
+    openmetrics_format, their_type, write, our_type = _FORMATS[form]
     for snapshot in _all_snapshots(h200_snapshot):  # a renderer each: they share a cycle
         renderer = PrometheusRenderer(include_process_metrics=False)
-        body, content_type = renderer.render(snapshot, openmetrics_format=False)
-        assert content_type == exposition.CONTENT_TYPE_LATEST == TEXT
-        expected = exposition.generate_latest(_Collected(_reference_families(snapshot)))
-        assert body == expected
-
-
-def test_openmetrics_is_prometheus_clients_byte_for_byte(h200_snapshot):
-    for snapshot in _all_snapshots(h200_snapshot):
-        renderer = PrometheusRenderer(include_process_metrics=False)
-        body, content_type = renderer.render(snapshot, openmetrics_format=True)
-        assert content_type == openmetrics.CONTENT_TYPE_LATEST == OPENMETRICS
-        expected = openmetrics.generate_latest(_Collected(_reference_families(snapshot)))
-        assert body == expected
+        body, content_type = renderer.render(snapshot, openmetrics_format)
+        assert content_type == their_type == our_type
+        assert body == write(_Collected(_reference_families(snapshot)))
 
 
 def test_a_name_filter_keeps_the_families_prometheus_clients_filter_keeps(h200_snapshot):
