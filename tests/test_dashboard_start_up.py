@@ -53,7 +53,7 @@ def collector_of(agents: Agents, spread: float) -> Collector:
     async def discover():
         return targets
 
-    return Collector(discover, refresh_s=1.0, fetch_timeout_s=WAIT_S, spread=spread,
+    return Collector(discover, refresh_s=0.4, fetch_timeout_s=WAIT_S, spread=spread,
                      max_in_flight=IN_FLIGHT, token=lambda: None)
 
 
