@@ -20,9 +20,9 @@ from typing import Any
 from aiohttp import web
 
 from ..exporter import catalog as m
+from ..exporter.aiohttp_serving import json_error
 from ..exporter.model import Device, Peer
 from ..exporter.node_view import SummaryDevice
-from ..exporter.serving import json_error
 from ..exporter.topology import matrix
 from .aggregate import (
     FINDING_KINDS,

@@ -15,8 +15,8 @@ from urllib.parse import urlencode
 import aiohttp
 from aiohttp import web
 
+from ..exporter.aiohttp_serving import json_error
 from ..exporter.record.command import parse_duration
-from ..exporter.serving import json_error
 from .node_state import NodeState
 
 DEFAULT_LAST = "10m"

@@ -21,6 +21,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
+from .httpd import messages
 from .httpd.messages import refusal_bytes
 from .serving import (
     LISTEN_BACKLOG,
@@ -28,11 +29,16 @@ from .serving import (
     ListeningAt,
     RateLimitedNotice,
     ServingLimits,
-    json_error,
 )
 from .web_auth import AccessPolicy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_error(status: int, message: str) -> web.Response:
+    """The agent's JSON error response (exporter/httpd/) as an aiohttp response, for the
+    dashboard's handlers."""
+    return messages.json_error(status, message).as_aiohttp()
 
 
 @web.middleware

@@ -25,7 +25,7 @@ import resource
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,6 @@ class ServingLimits:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
-
-
-def json_error(status: int, message: str) -> Any:
-    """An aiohttp JSON error response, for the dashboard's handlers (imports aiohttp)."""
-    from .httpd.messages import json_error as httpd_json_error  # httpd imports this module
-
-    return httpd_json_error(status, message).as_aiohttp()
 
 
 class RateLimitedNotice:
