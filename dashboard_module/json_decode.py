@@ -1,4 +1,4 @@
-"""Decoding agents' JSON answers: msgspec where it is installed and the text allows.
+"""Decoding agents' JSON answers: msgspec where the text allows.
 
 msgspec decodes a node's summary about three times faster than the json module
 and gives the same Python objects (integers of any size stay integers); it
@@ -12,19 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-try:
-    import msgspec
-except ImportError:  # the dashboard works without it, only slower
-    msgspec = None  # type: ignore[assignment]
+import msgspec
 
-_decoder = msgspec.json.Decoder() if msgspec is not None else None
+_decoder = msgspec.json.Decoder()
 
 
 def decode(body: bytes) -> Any:
     """The JSON document in `body` (json.JSONDecodeError, a ValueError, if it is none)."""
-    if _decoder is not None:
-        try:
-            return _decoder.decode(body)
-        except msgspec.DecodeError:
-            pass  # json.loads accepts more, or says what is wrong
-    return json.loads(body)
+    try:
+        return _decoder.decode(body)
+    except msgspec.DecodeError:
+        return json.loads(body)  # it accepts more, or says what is wrong

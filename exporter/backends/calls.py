@@ -180,7 +180,7 @@ class VendorCalls(CallErrors):
         `empty_on` are normal answers meaning "nothing to report" and return
         `empty` without counting an error.
         """
-        name = function + f"[{key}]" if key else function
+        name = (function + f"[{key}]") if key else function
         if name in self._unsupported:
             return None
         # A call fast last time (`cost` is its cost-table entry) is not being reused and is
