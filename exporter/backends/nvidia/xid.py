@@ -13,6 +13,9 @@ import pynvml
 
 log = logging.getLogger(__name__)
 
+# How long one nvmlEventSetWait may block. A driver sleeps in the kernel until an event or
+# the timeout, so a wait costs next to nothing; the timeout bounds `stop()`, which must
+# see the wait end before NVML is shut down (a longer one would slow every close).
 WAIT_MS = 500
 _RETRY_AFTER_ERROR_S = 1.0
 

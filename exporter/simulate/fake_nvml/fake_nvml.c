@@ -75,6 +75,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -83,9 +84,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NVML_API __attribute__((visibility("default")))
 
@@ -1310,6 +1314,25 @@ static struct nvmlDevice_st g_phys_handles[MAX_DEVICES];
 static struct nvmlDevice_st g_mig_handles[MAX_DEVICES][MAX_MIG];
 static struct nvmlEventSet_st *g_sets;
 
+/* A thread inside nvmlEventSetWait, woken through its eventfd when what it waits on changes
+ * (a set freed, a device registered, nvmlShutdown, the state file reloaded). The list is
+ * guarded by g_lock. */
+typedef struct event_waiter {
+    struct event_waiter *next;
+    int wake_fd; /* eventfd, or -1 */
+} event_waiter;
+static event_waiter *g_waiters;
+
+/* Lock held. */
+static void wake_waiters_locked(void)
+{
+    uint64_t one = 1;
+    for (event_waiter *w = g_waiters; w; w = w->next)
+        if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof one) < 0) {
+            /* the counter is full: the waiter is woken already */
+        }
+}
+
 static nvmlDevice_t phys_handle(int index) { return &g_phys_handles[index]; }
 static nvmlDevice_t mig_handle(int index, int mig) { return &g_mig_handles[index][mig]; }
 
@@ -1611,6 +1634,8 @@ NVML_API nvmlReturn_t nvmlShutdown(void)
     if (rc != NVML_SUCCESS)
         return rc;
     g_init_count--;
+    if (g_init_count == 0)
+        wake_waiters_locked();
     return leave(NVML_SUCCESS);
 }
 
@@ -2477,6 +2502,7 @@ NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
         if (*pp == set) {
             *pp = set->next;
             free(set);
+            wake_waiters_locked();
             return leave(NVML_SUCCESS);
         }
     }
@@ -2507,6 +2533,7 @@ NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned lon
     if (eventTypes & ~supported_event_types(c.dev))
         return leave(NVML_ERROR_NOT_SUPPORTED);
     s->types[c.index] |= eventTypes;
+    wake_waiters_locked(); /* one of its events may be due already */
     return leave(NVML_SUCCESS);
 }
 
@@ -2562,7 +2589,148 @@ static int take_event(struct nvmlEventSet_st *s, const fake_state *st, double t,
     return 1;
 }
 
-/* Polls for a due event in 20 ms sleeps taken without the lock. */
+/* Lock held. Seconds until the earliest undelivered XID of a device registered in `s` is
+ * due; NO_EVENT_DUE if none is to come (none left, or the simulated clock is frozen). */
+#define NO_EVENT_DUE 1e9
+static double next_event_in(const struct nvmlEventSet_st *s, const fake_state *st)
+{
+    if (st->frozen)
+        return NO_EVENT_DUE;
+    double t = state_time(st), best = NO_EVENT_DUE;
+    for (int i = 0; i < st->ndev; i++) {
+        if (!(s->types[i] & NVML_EVENT_TYPE_XID_CRITICAL))
+            continue;
+        const fake_dev *d = &st->devs[i];
+        int next = next_xid(d, &s->marks[i]);
+        if (next < d->xids.n) {
+            double in = ((const xid_t *)d->xids.items)[next].at_s - t;
+            if (in < best)
+                best = in;
+        }
+    }
+    return best;
+}
+
+/* One inotify instance for the process, made when a wait first sleeps and kept (closing
+ * one waits for the kernel's RCU grace period: milliseconds, at every wait): it watches the
+ * folder of the state file (a state file is replaced by a rename). Guarded by g_lock. */
+static int g_watch_fd = -1;
+static int g_watch_wd = -1;
+static int g_watch_failed;
+static char g_watch_folder[sizeof g_path];
+static char g_watch_name[sizeof g_path];
+
+static void forget_watch_in_child(void)
+{
+    g_watch_fd = g_watch_wd = -1; /* the parent's: a child makes its own */
+}
+
+/* Lock held. Whether the state file's folder is watched (else waits look at the file every
+ * WAIT_STEP_S, as the library's other calls do). *fresh: the watch began just now. */
+static int watch_state_file(int *fresh)
+{
+    const char *slash = strrchr(g_path, '/');
+    const char *name = slash ? slash + 1 : g_path;
+    char folder[sizeof g_path];
+    if (!slash) {
+        strcpy(folder, ".");
+    } else if (slash == g_path) {
+        strcpy(folder, "/");
+    } else {
+        memcpy(folder, g_path, (size_t)(slash - g_path));
+        folder[slash - g_path] = '\0';
+    }
+    *fresh = 0;
+    if (g_watch_fd >= 0 && g_watch_wd >= 0 && strcmp(folder, g_watch_folder) == 0) {
+        strcpy(g_watch_name, name);
+        return 1;
+    }
+    if (g_watch_fd < 0) {
+        if (g_watch_failed)
+            return 0;
+        g_watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (g_watch_fd < 0) {
+            g_watch_failed = 1;
+            return 0;
+        }
+        pthread_atfork(NULL, NULL, forget_watch_in_child);
+    }
+    if (g_watch_wd >= 0)
+        inotify_rm_watch(g_watch_fd, g_watch_wd);
+    uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ATTRIB;
+    g_watch_wd = inotify_add_watch(g_watch_fd, folder, mask);
+    if (g_watch_wd < 0)
+        return 0;
+    strcpy(g_watch_folder, folder);
+    strcpy(g_watch_name, name);
+    *fresh = 1;
+    return 1;
+}
+
+/* Lock held. Whether the pending inotify events name the state file (takes them all). */
+static int state_file_named(void)
+{
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    int named = 0;
+    ssize_t n;
+    while (g_watch_fd >= 0 && (n = read(g_watch_fd, buf, sizeof buf)) > 0) {
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            if ((ev->mask & IN_Q_OVERFLOW) || (ev->len && strcmp(ev->name, g_watch_name) == 0))
+                named = 1;
+            p += sizeof *ev + ev->len;
+        }
+    }
+    return named;
+}
+
+/* Lock held. Registers `w`; its eventfd is made when it first sleeps long. */
+static void waiter_add(event_waiter *w)
+{
+    w->wake_fd = -1;
+    w->next = g_waiters;
+    g_waiters = w;
+}
+
+/* Lock held. Unregisters `w`; its eventfd is closed after the lock is released. */
+static void waiter_remove(event_waiter *w)
+{
+    for (event_waiter **pp = &g_waiters; *pp; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            return;
+        }
+    }
+}
+
+/* Without the lock: sleeps up to `seconds`, less when woken or when the watched folder
+ * changes (`watch_fd`, or -1). */
+static void waiter_sleep(const event_waiter *w, int watch_fd, double seconds)
+{
+    struct pollfd fds[2];
+    nfds_t n = 0;
+    if (w->wake_fd >= 0)
+        fds[n++] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
+    if (watch_fd >= 0)
+        fds[n++] = (struct pollfd){.fd = watch_fd, .events = POLLIN};
+    struct timespec ts;
+    ts.tv_sec = (time_t)seconds;
+    ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9) + 1; /* never before the due time */
+    if (ts.tv_nsec > 999999999)
+        ts.tv_nsec = 999999999;
+    if (n == 0) {
+        sleep_seconds(seconds);
+        return;
+    }
+    uint64_t count;
+    if (ppoll(fds, n, &ts, NULL) > 0 && w->wake_fd >= 0 &&
+        read(w->wake_fd, &count, sizeof count) < 0) {
+        /* woken by the file, not through the eventfd: nothing to take */
+    }
+}
+
+/* Waits as a driver does: asleep until an event is due, the state file changes, the set is
+ * freed, a device is registered, NVML is shut down, or the timeout. */
 static nvmlReturn_t event_wait(const char *fn, nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
     call_t c;
@@ -2570,12 +2738,20 @@ static nvmlReturn_t event_wait(const char *fn, nvmlEventSet_t set, nvmlEventData
     if (!data)
         return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t rc = enter(fn, &c);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    event_waiter w;
+    waiter_add(&w);
     for (;;) {
-        if (rc != NVML_SUCCESS)
-            return rc;
+        if (g_init_count == 0 || !g_state) {
+            rc = NVML_ERROR_UNINITIALIZED;
+            break;
+        }
         struct nvmlEventSet_st *s = find_set(set);
-        if (!s)
-            return leave(NVML_ERROR_INVALID_ARGUMENT);
+        if (!s) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+            break;
+        }
         int dev;
         const xid_t *x;
         if (take_event(s, g_state, state_time(g_state), &dev, &x)) {
@@ -2584,15 +2760,47 @@ static nvmlReturn_t event_wait(const char *fn, nvmlEventSet_t set, nvmlEventData
             data->eventData = x->xid;
             data->gpuInstanceId = NVML_INSTANCE_ID_NONE;
             data->computeInstanceId = NVML_INSTANCE_ID_NONE;
-            return leave(NVML_SUCCESS);
+            rc = NVML_SUCCESS;
+            break;
         }
         double left = deadline - mono_now();
-        if (left <= 0)
-            return leave(NVML_ERROR_TIMEOUT);
+        if (left <= 0) {
+            rc = NVML_ERROR_TIMEOUT;
+            break;
+        }
+        double step = next_event_in(s, g_state);
+        if (step > left)
+            step = left;
+        int watch_fd = -1;
+        if (step > WAIT_STEP_S) { /* a short step is slept out; a long one watches the file */
+            int fresh;
+            if (w.wake_fd < 0)
+                w.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+            if (w.wake_fd >= 0 && watch_state_file(&fresh)) {
+                watch_fd = g_watch_fd;
+                if (fresh && refresh_locked(1) == 0)
+                    continue; /* a change from before the watch began is seen now */
+            } else {
+                step = WAIT_STEP_S;
+            }
+        }
         pthread_mutex_unlock(&g_lock);
-        sleep_seconds(left < WAIT_STEP_S ? left : WAIT_STEP_S);
-        rc = lock_initialized();
+        waiter_sleep(&w, watch_fd, step);
+        pthread_mutex_lock(&g_lock);
+        if (g_init_count == 0)
+            continue;
+        if (state_file_named()) {
+            refresh_locked(1);
+            wake_waiters_locked(); /* the others' wake-up was taken with the events */
+        } else {
+            refresh_locked(0);
+        }
     }
+    waiter_remove(&w);
+    pthread_mutex_unlock(&g_lock);
+    if (w.wake_fd >= 0)
+        close(w.wake_fd);
+    return rc;
 }
 
 NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
