@@ -271,10 +271,11 @@ CATALOG: tuple[MetricSpec, ...] = (
            "age now. Present where the backend reads on a cadence (NVIDIA)."),
     _gauge(LINK_COUNTERS_AGE, "s",
            "Seconds between the last read of the device's link byte counters "
-           "(hw.gpu.io) and the device's sample; add ray.accelerator.device.sample.age for "
-           "their age now. Present where the backend reads them on a schedule (NVIDIA: every "
-           "cycle, or where GPM measures the links' rates each cycle, when due: see "
-           "docs/backends.md)."),
+           "(hw.gpu.io) of one link type (nvlink, pcie) and the device's sample; add "
+           "ray.accelerator.device.sample.age for their age now. Present where the backend "
+           "reads them on a schedule (NVIDIA: every cycle, or where GPM measures the links' "
+           "rates each cycle, when due, PCIe's alone where their wrap needs it: see "
+           "docs/backends.md).", "link_type"),
     _info(DEVICE_INFO, "Static facts about the device.",
           "pci_bus_id", "parent_uuid", "architecture", "driver_version", "serial", "numa_node",
           "cpu_affinity", "nvlink_domain", "nearest_nics"),

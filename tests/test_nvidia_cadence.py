@@ -205,7 +205,19 @@ def test_the_age_reaches_prometheus_and_fresh_values_stay_fresh(node):
                     "7": 4.0}
 
 
-def test_link_bytes_every_cycle_link_errors_and_states_on_the_cadence(node, nvml_calls):
+def _pcie_values(sample: DeviceSample) -> dict[tuple, float]:
+    return {r.labels: r.value for link in sample.links if link.link_type == m.LINK_PCIE
+            for r in link.readings if r.metric == m.LINK_IO}
+
+
+def _counter_ages(sample: DeviceSample) -> dict[str, float]:
+    """link type -> the age of its byte counters."""
+    return {dict(r.labels)["link_type"]: r.value for r in sample.readings
+            if r.metric == m.LINK_COUNTERS_AGE}
+
+
+def test_pcie_bytes_every_cycle_nvlink_bytes_errors_and_states_on_the_cadence(node,
+                                                                              nvml_calls):
     clock = SteppedClock(1000.0)
     backend, devices = _opened(clock)
     gpu = devices[0]
@@ -226,8 +238,19 @@ def test_link_bytes_every_cycle_link_errors_and_states_on_the_cadence(node, nvml
     assert links == 18
     assert field_calls == [1, 1, 1, 1]  # one field-values call per cycle, slow fields or not
     assert states == [links, 0, 0, links]  # link states on the slow cycles only
+    # GPU 0 moves 2.6 GB/s over PCIe: its 32-bit PCIe counters are read every cycle, alone
+    # where GPM measured every link (from the second cycle on); the NVLinks' (64-bit) at the
+    # slow reads, exported as last read in between, each link type with its own age
+    pcie = [_pcie_values(s) for s in samples]
+    assert len(pcie[0]) == 2 and all(pcie[i + 1] != pcie[i] for i in range(3))
+    assert all(_measured(s) for s in samples[1:])
     transmitted = [_link_values(s, m.LINK_IO) for s in samples]
-    assert transmitted[1] != transmitted[0] and transmitted[2] != transmitted[1]  # every cycle
+    assert len(transmitted[0]) == links * 2
+    assert transmitted[1] == transmitted[0] and transmitted[2] == transmitted[0]
+    assert transmitted[3] != transmitted[0]
+    assert [_counter_ages(s) for s in samples] == [
+        {NVLINK: 0.0, m.LINK_PCIE: 0.0}, {NVLINK: 1.0, m.LINK_PCIE: 0.0},
+        {NVLINK: 2.0, m.LINK_PCIE: 0.0}, {NVLINK: 0.0, m.LINK_PCIE: 0.0}]
     errors = [_link_values(s, m.LINK_ERRORS) for s in samples]
     assert len(errors[0]) == links * 3  # crc, replay, recovery per link
     assert errors[1] == errors[0] and errors[2] == errors[0]  # exported as last read
@@ -411,14 +434,24 @@ def test_on_gpm_gpus_link_counters_are_read_when_due_and_stalls_judged_on_gpm(no
                 assert (nvlinks > 0) == (index != "7")
     # between reads the counters are the ones last read, and their age says how old
     seven = samples["7"]
-    ages = [_value(s, m.LINK_COUNTERS_AGE) for s in seven]
+    ages = [_counter_ages(s) for s in seven]
     for second in range(1, 12):
         if reads["7"][second]:
-            assert ages[second] == 0.0
+            assert ages[second] == {NVLINK: 0.0, m.LINK_PCIE: 0.0}
         else:
-            assert ages[second] == ages[second - 1] + 1.0
+            assert ages[second] == {link_type: age + 1.0
+                                    for link_type, age in ages[second - 1].items()}
             assert _link_values(seven[second], m.LINK_IO) == _link_values(seven[second - 1],
                                                                           m.LINK_IO)
+    # GPU 0's reads for the PCIe counters' wrap alone read those alone: its NVLink counters
+    # stay as read at its first cycle until its next slow point (10 s) while GPM measures
+    zero = samples["0"]
+    checked = [second for second in range(1, 10) if all(measured["0"][1:second + 1])]
+    assert len(checked) >= 5
+    for second in checked:
+        assert _counter_ages(zero[second]) == {NVLINK: float(second), m.LINK_PCIE: 0.0}
+        assert _link_values(zero[second], m.LINK_IO) == _link_values(zero[0], m.LINK_IO)
+        assert _pcie_values(zero[second]) != _pcie_values(zero[second - 1])
 
 
 FABRIC_CALL = "nvmlDeviceGetGpuFabricInfoV"

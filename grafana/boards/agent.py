@@ -65,7 +65,7 @@ def board() -> Board:
                            Query(sel(m.RARE_VALUES_AGE),
                                  "{{vendor}} {{index}} {{ray_node_id}} rare values"),
                            Query(sel(m.LINK_COUNTERS_AGE),
-                                 "{{vendor}} {{index}} {{ray_node_id}} link counters"),
+                                 "{{vendor}} {{index}} {{ray_node_id}} {{link_type}} counters"),
                            unit="s"),
             ]),
             Section("Ray attribution", [

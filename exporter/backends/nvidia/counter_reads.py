@@ -13,14 +13,20 @@ counters (about 0.4 ms of a real H200's driver CPU) is made only when due:
   failing or suspended, a link it does not report): the counters are then
   what the rates come from;
 - while PCIe moves enough that its 32-bit byte counters (fields 197/198, which
-  wrap) could wrap twice before the next read: the counters are read once the
-  PCIe bytes GPM measured since the last read, plus one more cycle at the
-  current rate, reach `WRAP_GUARD_BYTES`, half the counters' range. Counting at
-  most one wrap between reads (interconnect.py's `CounterUnwrapper`) then holds
-  unless GPM undercounts PCIe traffic by half.
+  wrap) could wrap twice before the next read: the PCIe counters alone are read
+  once the PCIe bytes GPM measured since their last read, plus one more cycle at
+  the current rate, reach `WRAP_GUARD_BYTES`, half the counters' range. Counting
+  at most one wrap between reads (interconnect.py's `CounterUnwrapper`) then
+  holds unless GPM undercounts PCIe traffic by half. The NVLink counters (64-bit)
+  need no such guard; they stay as last read.
+
+No fixed interval could replace the guard: the counters count bytes, and at a
+PCIe 5.0 x16 link's most (about 63 GB/s a direction) 2^32 of them pass in
+under 70 ms, so only the traffic GPM measured says how long a read may wait.
 
 A counter read less often is still the driver's count at its read, exported as
-such (and kept by a device that goes down, as every counter).
+such (and kept by a device that goes down, as every counter), with the age of
+its link type's last read (`age`).
 """
 
 from __future__ import annotations
@@ -34,43 +40,60 @@ from .gpm import LinkRates
 
 WRAP_GUARD_BYTES = float(2**31)
 PCIE_LINK = (m.LINK_PCIE, 0)
+# What a cycle reads (`CounterSchedule.due`): nothing, every byte counter, or PCIe's alone.
+READ_NONE, READ_ALL, READ_PCIE = 0, 1, 2
+_AGE_LABELS = {m.LINK_NVLINK: (("link_type", m.LINK_NVLINK),),
+               m.LINK_PCIE: (("link_type", m.LINK_PCIE),)}
 
 
 @dataclass
 class CounterSchedule:
-    """One GPU's link-counter reads: when the last was, and GPM's PCIe bytes since."""
+    """One GPU's link-counter reads: when the last ones were, and GPM's PCIe bytes since."""
 
-    read_at: float | None = None  # the backend's clock at the last read
+    read_at: float | None = None  # the backend's clock at the last read of every counter
+    pcie_read_at: float | None = None  # ... and at the last read of the PCIe counters
     _seen_at: float | None = None  # the backend's clock at the last cycle
     _pcie_bytes: float = 0.0  # PCIe bytes GPM measured since the last read (busier direction)
 
     def due(self, now: float, measured: LinkRates | None,
-            links: Collection[tuple[str, int]]) -> bool:
-        """Whether this cycle (at `now`) reads the counters of `links`, given the rates GPM
-        measured this cycle (`measured`; None: none). Call once per cycle."""
+            links: Collection[tuple[str, int]]) -> int:
+        """What this cycle (at `now`) reads of the counters of `links` (`READ_NONE`,
+        `READ_ALL`, or `READ_PCIE`: the PCIe counters alone), given the rates GPM measured
+        this cycle (`measured`; None: none). Call once per cycle."""
         elapsed = 0.0 if self._seen_at is None else max(now - self._seen_at, 0.0)
         self._seen_at = now
         if measured is None or self.read_at is None:
-            return True
+            return READ_ALL
         try:  # every link measured both ways (checked without a Python loop: each GPU, each cycle)
             if links and min(map(len, map(measured.__getitem__, links))) < 2:
-                return True  # one direction of a link GPM did not measure this cycle
+                return READ_ALL  # one direction of a link GPM did not measure this cycle
         except KeyError:
-            return True  # a link GPM did not measure this cycle
+            return READ_ALL  # a link GPM did not measure this cycle
         busier = max(measured[PCIE_LINK].values())
         self._pcie_bytes += busier * elapsed
-        return self._pcie_bytes + busier * elapsed >= WRAP_GUARD_BYTES
+        if self._pcie_bytes + busier * elapsed >= WRAP_GUARD_BYTES:
+            return READ_PCIE
+        return READ_NONE
 
-    def done(self, now: float) -> None:
-        """The counters were read at `now`."""
-        self.read_at, self._pcie_bytes = now, 0.0
+    def done(self, now: float, pcie_only: bool = False) -> None:
+        """The counters (with `pcie_only`, the PCIe ones alone) were read at `now`."""
+        self.pcie_read_at, self._pcie_bytes = now, 0.0
+        if not pcie_only:
+            self.read_at = now
 
     def failed(self) -> None:
-        """The read failed: no counters to age, and the next cycle reads again."""
-        self.read_at, self._pcie_bytes = None, 0.0
+        """The read failed: no counters to age, and the next cycle reads them all again."""
+        self.read_at = self.pcie_read_at = None
+        self._pcie_bytes = 0.0
 
-    def age(self, now: float) -> Reading | None:
-        """How old the counters are at `now`, as a reading; None before the first read."""
-        if self.read_at is None:
-            return None
-        return Reading(m.LINK_COUNTERS_AGE, max(now - self.read_at, 0.0))
+    def age(self, now: float, nvlinks: bool = True) -> tuple[Reading, ...]:
+        """How old the counters are at `now`, per link type (the NVLinks' only with `nvlinks`),
+        as readings; none before the first read."""
+        found = []
+        if nvlinks and self.read_at is not None:
+            found.append(Reading(m.LINK_COUNTERS_AGE, max(now - self.read_at, 0.0),
+                                 _AGE_LABELS[m.LINK_NVLINK]))
+        if self.pcie_read_at is not None:
+            found.append(Reading(m.LINK_COUNTERS_AGE, max(now - self.pcie_read_at, 0.0),
+                                 _AGE_LABELS[m.LINK_PCIE]))
+        return tuple(found)

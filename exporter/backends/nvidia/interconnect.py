@@ -30,7 +30,7 @@ from ...model import Labels, Link, Reading
 from ..base import read_timed
 from ..calls import text
 from .calls import DeviceCalls
-from .counter_reads import PCIE_LINK, CounterSchedule
+from .counter_reads import PCIE_LINK, READ_NONE, READ_PCIE, CounterSchedule
 from .gpm import LinkRates
 from .probes import reading
 
@@ -60,6 +60,7 @@ _PCIE_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
     (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, m.LINK_IO, (("direction", m.RECEIVE),), 1),
 )
 _LINK_UP = (Reading(m.LINK_UP, 0.0), Reading(m.LINK_UP, 1.0))
+READ_SLOW = -1  # a `_counters` read of the byte counters with the slow-cadence fields
 _HOST_FACTS = {"remote_type": "host"}  # what the PCIe link connects to (shared, never changed)
 
 
@@ -116,8 +117,9 @@ def _request_array(requests: list[tuple[int, int]]) -> Any:
 class LinkLayout:
     """A device's links and the field requests that read their counters in one call.
 
-    `cycle_values` asks for the fields read every cycle; `slow_values` for those
-    same fields (at the same positions) followed by the slow-cadence ones.
+    `cycle_values` asks for the byte counters; `slow_values` for those same fields
+    (at the same positions) followed by the slow-cadence ones; `pcie_values` for the
+    PCIe byte counters alone (at `pcie_at` in the other two).
     """
 
     nvlinks: tuple[NvLinkFacts, ...] = ()
@@ -128,15 +130,20 @@ class LinkLayout:
     unwrapper: CounterUnwrapper = field(default_factory=CounterUnwrapper)
     cycle_values: Any = field(default=None, repr=False)
     slow_values: Any = field(default=None, repr=False)
+    pcie_values: Any = field(default=None, repr=False)
+    pcie_at: int = 0  # where the PCIe byte counters are in `cycle_values` and `slow_values`
     # NVLink index -> its slow readings (error counters, state) as last read
     slow_readings: dict[int, tuple[Reading, ...]] = field(default_factory=dict)
     schedule: CounterSchedule = field(default_factory=CounterSchedule)
     # the byte counters as last read, by link slot (NVLinks in order, then PCIe), and when
+    # (the NVLinks', and the PCIe link's, which may be read alone)
     byte_readings: tuple[tuple[Reading, ...], ...] = ()
     bytes_read_at: float | None = None
+    pcie_read_at: float | None = None
     link_keys: tuple[tuple[str, int], ...] = ()  # the links as GPM's rates name them
-    # the links built from the counters as last read, and the peers they were built with
+    # the NVLinks built from the counters as last read, and the peers they were built with
     built: tuple[tuple[Link, ...], dict[int, str]] | None = field(default=None, repr=False)
+    pcie_link: tuple[Link, ...] | None = field(default=None, repr=False)  # ... the PCIe link
     _facts: dict[int, tuple[str, dict[str, str]]] = field(default_factory=dict, repr=False)
     _all_facts: tuple[dict[int, str], tuple[dict[str, str], ...]] | None = field(
         default=None, repr=False)
@@ -153,6 +160,8 @@ class LinkLayout:
         self.link_keys = (*((NVLINK, link.index) for link in self.nvlinks), PCIE_LINK)
         self.cycle_values = _request_array([request for request, _ in every])
         self.slow_values = _request_array([request for request, _ in (*every, *slow)])
+        self.pcie_at = len(every) - len(_PCIE_FIELDS)
+        self.pcie_values = _request_array([request for request, _ in every[self.pcie_at:]])
 
     def facts_of(self, nvlink: NvLinkFacts) -> dict[str, str]:
         """The link's facts with its peer GPU, built again only when the peer changes."""
@@ -266,18 +275,23 @@ def _field_number(value_type: int, raw: int) -> float:
 
 
 def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
-              slow: bool) -> list[list[Reading]] | None:
-    """The counters read, by link slot (the NVLinks in order, then the PCIe link); None when
-    the call failed."""
-    values = calls.call(nvmlDeviceGetFieldValues, handle,
-                        layout.slow_values if slow else layout.cycle_values, every_cycle=True)
+              read: int) -> list[list[Reading]] | None:
+    """The counters `read` asks for (`READ_ALL`: the byte counters; `READ_SLOW`: with the slow
+    fields; `READ_PCIE`: PCIe's alone), by link slot (the NVLinks in order, then the PCIe
+    link); None when the call failed."""
+    if read == READ_PCIE:
+        request, first = layout.pcie_values, layout.pcie_at
+    else:
+        request, first = (layout.slow_values if read == READ_SLOW else layout.cycle_values), 0
+    values = calls.call(nvmlDeviceGetFieldValues, handle, request, every_cycle=True)
     if values is None:
         return None
     by_link: list[list[Reading]] = [[] for _ in range(len(layout.nvlinks) + 1)]
     success, unsigned_int = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
     unsigned_long_long = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    meanings = layout.meanings[first:first + len(request)] if first else layout.meanings
     for position, ((value_type, status, raw), (slot, metric, labels, scale)) in (
-            enumerate(zip(_field_answers(values), layout.meanings, strict=False))):
+            enumerate(zip(_field_answers(values), meanings, strict=False), first)):
         if status == success:
             if value_type == unsigned_long_long:  # the NVLink counters: the common case first
                 number = float(raw)
@@ -310,24 +324,34 @@ def _pcie_current(calls: DeviceCalls, handle: Any) -> Iterator[Reading]:
         yield reading(m.PCIE_WIDTH, width, state=m.PCIE_CURRENT)
 
 
-def _read_counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool,
-                   now: float) -> tuple[tuple[tuple[Reading, ...], ...], float | None]:
-    """Reads the counters into `layout` (the slow link values too, with `slow`): the byte
-    counters by link slot and when they were read (none, and None, where the call failed)."""
-    counters, read_at = read_timed(partial(_counters, calls, handle, layout, slow))
-    if counters is None:  # the byte counters are absent this cycle; link states still read
+def _read_counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: int,
+                   now: float) -> None:
+    """Reads the counters `read` asks for into `layout` (see `_counters`): the byte counters
+    by link slot and when they were read (none, and no time, where the call failed)."""
+    counters, stamped = read_timed(partial(_counters, calls, handle, layout, read))
+    read_at: float | None = stamped
+    if counters is None:  # every byte counter is absent this cycle; link states still read
         layout.schedule.failed()
         counters, read_at = [[] for _ in range(len(layout.nvlinks) + 1)], None
-    if slow:
+    if read == READ_SLOW:
         for nvlink, readings in zip(layout.nvlinks, counters, strict=False):
             layout.slow_readings[nvlink.index] = _slow_link_readings(calls, handle, nvlink,
                                                                      readings)
         counters = [[r for r in readings if r.metric == m.LINK_IO] for readings in counters]
-    found = tuple(map(tuple, counters))
-    if read_at is not None:
-        layout.byte_readings, layout.bytes_read_at = found, read_at
+    if read_at is None:
+        layout.byte_readings, layout.bytes_read_at, layout.pcie_read_at = (
+            tuple(map(tuple, counters)), None, None)
+        layout.built = None
+    elif read == READ_PCIE:
+        layout.byte_readings = (*layout.byte_readings[:-1], tuple(counters[-1]))
+        layout.pcie_read_at = read_at
+        layout.schedule.done(now, pcie_only=True)
+    else:
+        layout.byte_readings = tuple(map(tuple, counters))
+        layout.bytes_read_at = layout.pcie_read_at = read_at
+        layout.built = None
         layout.schedule.done(now)
-    return found, read_at
+    layout.pcie_link = None
 
 
 def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool = True,
@@ -337,35 +361,35 @@ def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool =
 
     With `slow`, the slow-cadence link values (and the PCIe link's current generation and
     width) are read too and kept in `layout`; without it the ones last read are exported
-    again. With
-    `measured`, the link rates GPM measured this cycle, the byte counters are read
-    only when due (counter_reads.py; `now` is the backend's clock), else exported
-    as last read, with their age.
+    again. With `measured`, the link rates GPM measured this cycle, the byte counters are
+    read only when due (counter_reads.py: the PCIe ones alone where only their wrap
+    needs it; `now` is the backend's clock), else exported as last read, with their age.
     """
-    if layout.schedule.due(now, measured, layout.link_keys) or slow:
-        byte_readings, read_at = _read_counters(calls, handle, layout, slow, now)
-        layout.built = None
-    else:
-        byte_readings, read_at = layout.byte_readings, layout.bytes_read_at
+    read = layout.schedule.due(now, measured, layout.link_keys)
+    if slow:
+        read = READ_SLOW
+    if read != READ_NONE:
+        _read_counters(calls, handle, layout, read, now)
     if slow:
         layout.pcie_current = tuple(_pcie_current(calls, handle))
     if layout.built is None or layout.built[1] != layout.peer_uuids:
-        layout.built = (_links(layout, byte_readings, read_at), dict(layout.peer_uuids))
-    age = layout.schedule.age(now)
-    return layout.built[0], (*layout.pcie_current, *layout.pcie_max,
-                             *(() if age is None else (age,)))
+        layout.built = (_nvlinks(layout), dict(layout.peer_uuids))
+    if layout.pcie_link is None:
+        pcie = layout.byte_readings[-1] if layout.byte_readings else ()
+        layout.pcie_link = (Link(PCIE, 0, pcie, _HOST_FACTS, {}, layout.pcie_read_at),
+                            ) if pcie else ()
+    return (*layout.built[0], *layout.pcie_link), (
+        *layout.pcie_current, *layout.pcie_max,
+        *layout.schedule.age(now, nvlinks=bool(layout.nvlinks)))
 
 
-def _links(layout: LinkLayout, byte_readings: tuple[tuple[Reading, ...], ...],
-           read_at: float | None) -> tuple[Link, ...]:
-    """The device's links with these byte counters and the slow link values last read."""
+def _nvlinks(layout: LinkLayout) -> tuple[Link, ...]:
+    """The device's NVLinks with their byte counters and slow link values as last read."""
     links = []
-    slow_readings = layout.slow_readings
-    for nvlink, facts, readings in zip(layout.nvlinks, layout.nvlink_facts(), byte_readings,
-                                       strict=False):
+    slow_readings, read_at = layout.slow_readings, layout.bytes_read_at
+    for nvlink, facts, readings in zip(layout.nvlinks, layout.nvlink_facts(),
+                                       layout.byte_readings, strict=False):
         index = nvlink.index
         links.append(Link(NVLINK, index, readings + slow_readings.get(index, ()), facts, {},
                           read_at))  # positional: made often
-    if byte_readings[-1]:
-        links.append(Link(PCIE, 0, byte_readings[-1], _HOST_FACTS, {}, read_at))
     return tuple(links)
