@@ -36,10 +36,9 @@ from dataclasses import dataclass
 
 from ... import catalog as m
 from ...model import Reading
-from .gpm import LinkRates
+from .gpm import PCIE_LINK, MeasuredLinks
 
 WRAP_GUARD_BYTES = float(2**31)
-PCIE_LINK = (m.LINK_PCIE, 0)
 # What a cycle reads (`CounterSchedule.due`): nothing, every byte counter, or PCIe's alone.
 READ_NONE, READ_ALL, READ_PCIE = 0, 1, 2
 _AGE_LABELS = {m.LINK_NVLINK: (("link_type", m.LINK_NVLINK),),
@@ -55,7 +54,7 @@ class CounterSchedule:
     _seen_at: float | None = None  # the backend's clock at the last cycle
     _pcie_bytes: float = 0.0  # PCIe bytes GPM measured since the last read (busier direction)
 
-    def due(self, now: float, measured: LinkRates | None,
+    def due(self, now: float, measured: MeasuredLinks | None,
             links: Collection[tuple[str, int]]) -> int:
         """What this cycle (at `now`) reads of the counters of `links` (`READ_NONE`,
         `READ_ALL`, or `READ_PCIE`: the PCIe counters alone), given the rates GPM measured
@@ -64,12 +63,11 @@ class CounterSchedule:
         self._seen_at = now
         if measured is None or self.read_at is None:
             return READ_ALL
-        try:  # every link measured both ways (checked without a Python loop: each GPU, each cycle)
-            if links and min(map(len, map(measured.__getitem__, links))) < 2:
-                return READ_ALL  # one direction of a link GPM did not measure this cycle
-        except KeyError:
-            return READ_ALL  # a link GPM did not measure this cycle
-        busier = max(measured[PCIE_LINK].values())
+        if not measured.links.issuperset(links):
+            return READ_ALL  # a link (or one direction of it) GPM did not measure this cycle
+        busier = measured.pcie_bytes_per_s if PCIE_LINK in links else None
+        if busier is None:
+            return READ_NONE  # no PCIe counters to guard
         self._pcie_bytes += busier * elapsed
         if self._pcie_bytes + busier * elapsed >= WRAP_GUARD_BYTES:
             return READ_PCIE

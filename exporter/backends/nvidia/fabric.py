@@ -71,14 +71,21 @@ def fabric(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[Reading,
 
     The readings are built again only when the answer changes (it rarely does)."""
     info = read_fabric(nvml, handle, state)
-    if info is None or info.state == STATE_NOT_SUPPORTED or info.state not in STATES.values():
+    if info is None:
         return ()
-    answer = (info.state, info.status, getattr(info, "healthSummary", SUMMARY_NOT_SUPPORTED),
-              info.healthMask, bytes(info.clusterUuid), info.cliqueId)
+    # The answer's bytes, compared in one piece (reading its fields through the binding costs
+    # more than the call, every cycle, for an answer that rarely changes).
+    answer = ctypes.string_at(ctypes.addressof(info), ctypes.sizeof(info))
     last = state.extra.get(_LAST_ANSWER)
     if last is None or last[0] != answer:
-        last = state.extra[_LAST_ANSWER] = (answer, tuple(_fabric_readings(info)))
+        last = state.extra[_LAST_ANSWER] = (answer, _readings_of(info))
     return last[1]
+
+
+def _readings_of(info: Any) -> tuple[Reading, ...]:
+    if info.state == STATE_NOT_SUPPORTED or info.state not in STATES.values():
+        return ()
+    return tuple(_fabric_readings(info))
 
 
 def _fabric_readings(info: Any) -> Iterator[Reading]:

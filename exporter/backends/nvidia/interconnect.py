@@ -30,8 +30,8 @@ from ...model import Labels, Link, Reading
 from ..base import read_timed
 from ..calls import text
 from .calls import DeviceCalls
-from .counter_reads import PCIE_LINK, READ_NONE, READ_PCIE, CounterSchedule
-from .gpm import LinkRates
+from .counter_reads import READ_NONE, READ_PCIE, CounterSchedule
+from .gpm import PCIE_LINK, MeasuredLinks
 from .probes import reading
 
 KIB = 1024
@@ -355,7 +355,7 @@ def _read_counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: in
 
 
 def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool = True,
-               measured: LinkRates | None = None,
+               measured: MeasuredLinks | None = None,
                now: float = 0.0) -> tuple[tuple[Link, ...], tuple[Reading, ...]]:
     """This cycle's links (NVLinks, then the PCIe host link) and the device's PCIe readings.
 

@@ -65,6 +65,7 @@ class SampleBuffer:
     def __init__(self, size: int = INITIAL_SAMPLES, entry: type = _SAMPLE) -> None:
         self.entry = entry
         self.resize(size)
+        self.last: tuple[bytes, list[Any]] | None = None  # the last answer, and its bytes
 
     def resize(self, size: int) -> None:
         self.size = max(size, 1)
@@ -116,11 +117,18 @@ def nvmlDeviceGetProcessUtilization(handle: Any, last_seen_us: int,
 
 
 def _running(function: str, handle: Any, buffer: SampleBuffer) -> list[ProcessInfo]:
+    """The list; the same list object as last time where the driver's answer is the same
+    (a device's processes change rarely), so it is neither made again nor compared entry
+    by entry."""
     count = _filled(buffer,
                     lambda array, size: _function(function)(handle, ctypes.byref(size), array))
-    return [ProcessInfo(pid, None if used == _MEMORY_NOT_AVAILABLE else used, gi, ci)
-            for pid, used, gi, ci in _PROCESS_LAYOUT.iter_unpack(
-                buffer.raw(count, _PROCESS_LAYOUT))]
+    raw = buffer.raw(count, _PROCESS_LAYOUT)
+    if buffer.last is not None and buffer.last[0] == raw:
+        return buffer.last[1]
+    answer = [ProcessInfo(pid, None if used == _MEMORY_NOT_AVAILABLE else used, gi, ci)
+              for pid, used, gi, ci in _PROCESS_LAYOUT.iter_unpack(raw)]
+    buffer.last = (raw, answer)
+    return answer
 
 
 def nvmlDeviceGetComputeRunningProcesses(handle: Any, buffer: SampleBuffer) -> list[ProcessInfo]:
