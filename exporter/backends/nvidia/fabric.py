@@ -75,7 +75,7 @@ def fabric(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[Reading,
         return ()
     # The answer's bytes, compared in one piece (reading its fields through the binding costs
     # more than the call, every cycle, for an answer that rarely changes).
-    answer = ctypes.string_at(ctypes.addressof(info), ctypes.sizeof(info))
+    answer = bytes(info)
     last = state.extra.get(_LAST_ANSWER)
     if last is None or last[0] != answer:
         last = state.extra[_LAST_ANSWER] = (answer, _readings_of(info))

@@ -48,6 +48,7 @@ _METRIC_SIZE = ctypes.sizeof(pynvml.c_nvmlGpmMetric_t)
 _set_field = ctypes.Structure.__setattr__
 # One c_nvmlGpmMetric_t as read back: metricId, nvmlReturn, value; its metricInfo is skipped.
 _METRIC_ANSWER = f"Iid{_METRIC_SIZE - struct.calcsize('=Iid')}x"
+_METRICS_AT = pynvml.c_nvmlGpmMetricsGet_t.metrics.offset
 
 
 # A link's per-cycle rate as GPM measures it: (link type, link number) -> direction -> bytes/s;
@@ -183,9 +184,9 @@ class _Request:
             for wanted in _VIEW_FIGURES)
 
     def statuses_and_values(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
-        """NVML's status and value for each asked metric, in order, read in one copy."""
-        fields = self._layout.unpack(ctypes.string_at(ctypes.addressof(self.struct.metrics),
-                                                      self._layout.size))
+        """NVML's status and value for each asked metric, in order, read straight from the
+        struct's memory (its buffer)."""
+        fields = self._layout.unpack_from(self.struct, _METRICS_AT)
         return fields[1::3], fields[2::3]
 
 

@@ -246,9 +246,9 @@ def _answers_layout(count: int) -> struct.Struct:
 
 
 def _field_answers(values: Any) -> Iterator[tuple[int, int, int]]:
-    """(valueType, nvmlReturn, raw value bits) of each field in `values`, read in one copy."""
-    layout = _answers_layout(len(values))
-    fields = layout.unpack(ctypes.string_at(ctypes.addressof(values), layout.size))
+    """(valueType, nvmlReturn, raw value bits) of each field in `values`, read straight from
+    the array's memory (its buffer)."""
+    fields = _answers_layout(len(values)).unpack_from(values)
     return zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
 
 

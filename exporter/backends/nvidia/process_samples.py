@@ -72,8 +72,8 @@ class SampleBuffer:
         self.array = (self.entry * self.size)()
 
     def raw(self, count: int, layout: struct.Struct) -> bytes:
-        """The first `count` entries' bytes, in one copy."""
-        return ctypes.string_at(ctypes.addressof(self.array), layout.size * count)
+        """The first `count` entries' bytes (the array's buffer, copied in one piece)."""
+        return bytes(self.array)[:layout.size * count]
 
 
 def process_buffer() -> SampleBuffer:
