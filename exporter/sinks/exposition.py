@@ -22,6 +22,7 @@ GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 # What each type's samples add to the family's name, and its type in the 0.0.4 text.
 SUFFIXES = {GAUGE: "", COUNTER: "_total", INFO: "_info"}
 _TEXT_TYPES = {GAUGE: "gauge", COUNTER: "counter", INFO: "gauge"}
+_INF = float("inf")
 
 
 class Sample(NamedTuple):
@@ -67,6 +68,8 @@ def go_float(value: float) -> str:
     `floatToGoString`)."""
     value = float(value)
     text = repr(value)
+    if -_INF < value < 1e6:  # most values: Python writes them as Go does
+        return text
     if text[-1] in "nf":  # inf, -inf, nan
         return {"inf": "+Inf", "-inf": "-Inf"}.get(text, "NaN")
     dot = text.find(".")

@@ -30,6 +30,7 @@ from .exposition import (
     text_header,
     text_samples,
 )
+from .line_prefixes import LinePrefixes, Prefixes
 from .process_metrics import ProcessMetrics
 from .series import Row, SnapshotSeries, snapshot_series
 
@@ -37,6 +38,7 @@ __all__ = ["OPENMETRICS", "TEXT", "PrometheusRenderer", "series_families", "seri
            "snapshot_families", "snapshot_text", "text_exposition", "wants_openmetrics"]
 
 _FAMILY_TYPES = {Kind.GAUGE: GAUGE, Kind.COUNTER: COUNTER, Kind.INFO: INFO}
+_INF = float("inf")
 
 
 def _family(series: SnapshotSeries, spec: MetricSpec, rows: list[Row] = ()) -> Family:
@@ -59,8 +61,13 @@ def series_families(series: SnapshotSeries) -> Iterator[Family]:
         yield _family(series, spec, rows)
 
 
-def series_text(series: SnapshotSeries) -> bytes:
-    """The Prometheus text format (0.0.4), equal to `text_exposition(series_families(series))`."""
+def series_text(series: SnapshotSeries, prefixes: LinePrefixes | None = None) -> bytes:
+    """The Prometheus text format (0.0.4), equal to `text_exposition(series_families(series))`.
+
+    `prefixes`, when given, keeps the start of each series' line for the next render."""
+    if prefixes is None:
+        prefixes = LinePrefixes(limit=0)
+    prefixes.start_render()
     out: list[str] = []
     for spec, rows in series.in_catalog_order():
         names = series.label_names(spec)
@@ -72,27 +79,48 @@ def series_text(series: SnapshotSeries) -> bytes:
                 family = _family(series, spec, rows)
                 out.append(text_header(family) + text_samples(family))
                 continue
-        family = _family(series, spec)
-        out.append(text_header(family))
-        _rows_text(out, family.name + SUFFIXES[family.type], names, rows)
+        sample_name, header = _text_header_of(spec)
+        out.append(header)
+        _rows_text(out, sample_name, names, rows, series.plain,
+                   prefixes.family(sample_name, len(rows)))
     return "".join(out).encode()
 
 
-def _rows_text(out: list[str], sample_name: str, names: list[str], rows: list[Row]) -> None:
-    """Appends one line per row; labels sorted by name, as prometheus_client writes them."""
+_HEADERS: dict[MetricSpec, tuple[str, str]] = {}
+
+
+def _text_header_of(spec: MetricSpec) -> tuple[str, str]:
+    """The sample name and the HELP and TYPE lines of a catalog metric (made once)."""
+    made = _HEADERS.get(spec)
+    if made is None:
+        family = Family(spec.prometheus_family, spec.description, _FAMILY_TYPES[spec.kind],
+                        "" if spec.kind is Kind.INFO else spec.prometheus_unit)
+        made = _HEADERS[spec] = (family.name + SUFFIXES[family.type], text_header(family))
+    return made
+
+
+def _rows_text(out: list[str], sample_name: str, names: list[str], rows: list[Row],
+               plain: bool, kept: Prefixes) -> None:
+    """Appends one line per row; labels sorted by name, as prometheus_client writes them.
+    `plain`: no label value needs escaping; `kept`: the lines' starts by label values (those
+    it lacks are added)."""
     if not names:
         out.extend(f"{sample_name} {go_float(value)}\n" for _, value in rows)
         return
     order = sorted(range(len(names)), key=names.__getitem__)
     pick = operator.itemgetter(*order) if len(order) > 1 else (lambda v: (v[order[0]],))
-    template = (sample_name + "{" + ",".join(f'{names[i]}="%s"' for i in order)
-                + "} %s\n")
+    template = sample_name + "{" + ",".join(f'{names[i]}="%s"' for i in order) + "} "
+    known = kept.get
     for label_values, value in rows:
-        picked = pick(label_values)
-        joined = "".join(picked)
-        if '"' in joined or "\\" in joined or "\n" in joined:
-            picked = tuple(escape_label(v) for v in picked)
-        out.append(template % (*picked, go_float(value)))
+        prefix = known(label_values)
+        if prefix is None:
+            picked = pick(label_values)
+            if not plain:
+                picked = tuple(escape_label(v) for v in picked)
+            prefix = kept[label_values] = template % picked
+        value = float(value)
+        # go_float's first case inlined: most values are written by Python as Go writes them
+        out.append(f"{prefix}{repr(value) if -_INF < value < 1e6 else go_float(value)}\n")
 
 
 def snapshot_families(snapshot: NodeSnapshot) -> list[Family]:
@@ -100,9 +128,9 @@ def snapshot_families(snapshot: NodeSnapshot) -> list[Family]:
     return list(series_families(snapshot_series(snapshot)))
 
 
-def snapshot_text(snapshot: NodeSnapshot) -> bytes:
+def snapshot_text(snapshot: NodeSnapshot, prefixes: LinePrefixes | None = None) -> bytes:
     """The Prometheus text of one snapshot: `text_exposition(snapshot_families(snapshot))`."""
-    return series_text(snapshot_series(snapshot))
+    return series_text(snapshot_series(snapshot), prefixes)
 
 
 def wants_openmetrics(accept: str | None) -> bool:
@@ -117,6 +145,8 @@ class PrometheusRenderer:
         self._lock = threading.Lock()
         self._cache: dict[bool, tuple[int, float, bytes]] = {}
         self._process = ProcessMetrics() if include_process_metrics else None
+        self._prefixes = LinePrefixes()
+        self._text_lock = threading.Lock()  # one text render at a time uses the prefixes
 
     def _process_families(self) -> list[Family]:
         return self._process.families() if self._process is not None else []
@@ -144,7 +174,9 @@ class PrometheusRenderer:
             body = openmetrics_exposition([*snapshot_families(snapshot),
                                            *self._process_families()])
         else:
-            body = snapshot_text(snapshot) + text_exposition(self._process_families())
+            with self._text_lock:
+                body = snapshot_text(snapshot, self._prefixes)
+            body += text_exposition(self._process_families())
         if not names:
             with self._lock:
                 self._cache[openmetrics_format] = (*key, body)

@@ -15,6 +15,7 @@ the facts are not the catalog's, a mapping of them as its value.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeAlias
 
@@ -36,25 +37,70 @@ class SnapshotSeries:
     def __init__(self, node_labels: Mapping[str, str]) -> None:
         self._node_names = tuple(node_labels)
         self._node_values = tuple(node_labels.values())
-        self._rows: dict[str, list[Row]] = {}
+        self._rows: defaultdict[str, list[Row]] = defaultdict(list)
+        # (metric, a reading's labels) -> the values of the metric's own labels and the
+        # metric's rows, or None for a metric outside the catalog or an info metric:
+        # readings repeat the same few.
+        self._own_values: dict[tuple[str, tuple], tuple[tuple[str, ...], list[Row]] | None] = {}
+        #: False once a label value needs escaping in the text formats (a quote, backslash
+        #: or newline); writers check each value only then.
+        self.plain = _plain(self._node_values)
 
     def add(self, spec: MetricSpec, scope_values: Iterable[str], value: float | Mapping[str, str],
             own_labels: Mapping[str, str] | None = None) -> None:
         """One series of `spec`: the node's labels, then `scope_values`, then its own labels
         (an info metric's facts are `value`)."""
-        rows = self._rows.get(spec.name)
-        if rows is None:
-            rows = self._rows[spec.name] = []
         if spec.kind is Kind.INFO:
             if tuple(value) == spec.labels:
-                rows.append(((*self._node_values, *scope_values, *(value[n] for n in spec.labels)),
-                             1.0))
+                label_values = (*self._node_values, *scope_values, *(value[n] for n in spec.labels))
+                value = 1.0
             else:
-                rows.append(((*self._node_values, *scope_values), value))
-            return
-        own = own_labels or {}
-        rows.append(((*self._node_values, *scope_values, *(own.get(n, "") for n in spec.labels)),
-                     value))
+                label_values = (*self._node_values, *scope_values)
+        else:
+            own = own_labels or {}
+            label_values = (*self._node_values, *scope_values,
+                            *(own.get(n, "") for n in spec.labels))
+        self.plain = self.plain and _plain(label_values)
+        self._rows[spec.name].append((label_values, value))
+
+    def add_readings(self, readings: Iterable[Reading], scope_values: tuple[str, ...]) -> None:
+        """A series for each reading under `scope_values`; readings of metrics outside the
+        catalog (refused and counted by the sampler's reading checks) are left out."""
+        base = (*self._node_values, *scope_values)
+        self.plain = self.plain and _plain(scope_values)
+        own_values = self._own_values
+        for reading in readings:
+            key = (reading.metric, reading.labels)
+            try:
+                found = own_values[key]
+            except KeyError:
+                found = own_values[key] = self._own_label_values(reading)
+            if found is not None:
+                own, rows = found
+                rows.append((base + own, reading.value))
+            elif (spec := _SPECS.get(reading.metric)) is not None:
+                # An info reading (e.g. the NVLink fabric's names) carries its facts as labels.
+                self.add(spec, scope_values, dict(reading.labels))
+
+    def add_info(self, spec: MetricSpec, scope_values: tuple[str, ...],
+                 facts: Mapping[str, str]) -> None:
+        """An info series whose facts are `spec.labels`, each taken from `facts` ("" where
+        absent)."""
+        label_values = (*self._node_values, *scope_values,
+                        *map(facts.get, spec.labels, _blanks(spec)))
+        self.plain = self.plain and _plain(label_values)
+        self._rows[spec.name].append((label_values, 1.0))
+
+    def _own_label_values(self, reading: Reading) -> tuple[tuple[str, ...], list[Row]] | None:
+        """The values of a reading's own labels in its metric's order ("" where absent) and
+        the metric's rows; None for a metric outside the catalog or an info metric."""
+        spec = _SPECS.get(reading.metric)
+        if spec is None or spec.kind is Kind.INFO:
+            return None
+        labels = dict(reading.labels)
+        own = tuple(labels.get(name, "") for name in spec.labels)
+        self.plain = self.plain and _plain(own)
+        return own, self._rows[spec.name]
 
     def label_names(self, spec: MetricSpec) -> list[str]:
         """The names of a row's label values; an info metric's facts (`spec.labels`) follow."""
@@ -66,7 +112,7 @@ class SnapshotSeries:
         """Each catalog metric the snapshot has, with its rows."""
         for spec in CATALOG:
             rows = self._rows.get(spec.name)
-            if rows is not None:
+            if rows:
                 yield spec, rows
 
     def samples(self, spec: MetricSpec, rows: list[Row]) -> Iterator[tuple[dict[str, str], float]]:
@@ -84,6 +130,19 @@ class SnapshotSeries:
                 yield dict(zip(with_facts, label_values, strict=True)), 1.0
 
 
+def _plain(values: Iterable[str]) -> bool:
+    """True when no value needs escaping in the text formats."""
+    try:
+        joined = "".join(values)
+    except TypeError:  # not a string: the writers' own checks decide
+        return False
+    return '"' not in joined and "\\" not in joined and "\n" not in joined
+
+
+def _blanks(spec: MetricSpec) -> tuple[str, ...]:
+    return ("",) * len(spec.labels)
+
+
 def snapshot_series(snapshot: NodeSnapshot) -> SnapshotSeries:
     """Every series of one snapshot."""
     series = SnapshotSeries(snapshot.node_labels)
@@ -93,40 +152,28 @@ def snapshot_series(snapshot: NodeSnapshot) -> SnapshotSeries:
     return series
 
 
-def _add_readings(series: SnapshotSeries, readings: Iterable[Reading],
-                  scope_values: tuple[str, ...]) -> None:
-    for reading in readings:
-        spec = _SPECS.get(reading.metric)
-        if spec is None:  # refused (and counted) by the sampler's reading checks
-            continue
-        labels = dict(reading.labels)
-        # An info reading (e.g. the NVLink fabric's names) carries its facts as labels.
-        series.add(spec, scope_values, labels if spec.kind is Kind.INFO else reading.value, labels)
-
-
 def _add_device(series: SnapshotSeries, sample: DeviceSample, snapshot: NodeSnapshot) -> None:
     device = sample.device
     scope_values = tuple(device.labels().values())
     series.add(m.spec(m.DEVICE_UP), scope_values, 1 if sample.up else 0)
     series.add(m.spec(m.DEVICE_SAMPLE_AGE), scope_values,
                max(snapshot.taken_at - sample.taken_at, 0.0))
-    info_spec = m.spec(m.DEVICE_INFO)
     facts = {"pci_bus_id": device.pci_bus_id, "parent_uuid": device.parent_uuid, **device.facts}
-    series.add(info_spec, scope_values, {n: facts.get(n, "") for n in info_spec.labels})
+    series.add_info(m.spec(m.DEVICE_INFO), scope_values, facts)
     for peer in device.peers:
         series.add(m.spec(m.TOPOLOGY), scope_values,
                    {"peer_uuid": peer.uuid, "peer_index": peer.index,
                     "connection": peer.connection, "p2p": peer.p2p})
-    _add_readings(series, sample.readings, scope_values)
+    series.add_readings(sample.readings, scope_values)
     link_info = m.spec(m.LINK_INFO)
     for link in sample.links:
         link_values = (*scope_values, *link.labels().values())
-        series.add(link_info, link_values, {n: link.facts.get(n, "") for n in link_info.labels})
-        _add_readings(series, link.readings, link_values)
+        series.add_info(link_info, link_values, link.facts)
+        series.add_readings(link.readings, link_values)
     identity = snapshot.attribution.identity
     for process in sample.processes:
-        _add_readings(series, process.readings,
-                      (*scope_values, *identity(process.pid).labels().values()))
+        series.add_readings(process.readings,
+                            (*scope_values, *identity(process.pid).labels().values()))
     _add_allocations(series, sample, snapshot, scope_values)
     _add_collective_stall(series, sample, snapshot, scope_values)
 
