@@ -30,8 +30,8 @@ from collection import (
     real_gpu_report,
     with_collection_rerun,
 )
-from measure import REPEATS, spread, target_line
-from scrape import scrape
+from measure import REPEATS, target_line
+from scrape import scrape, scrape_section
 
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.sampler import Sampler
@@ -198,7 +198,6 @@ def aggregation_lines(rows: list[dict]) -> list[str]:
 
 
 def report(results: dict) -> str:
-    s = results["scrape"]
     lines = [
         "# Benchmarks",
         "",
@@ -214,23 +213,7 @@ def report(results: dict) -> str:
         "  [benchmarks-real-gpu.md](benchmarks-real-gpu.md) for the same comparison there)",
         "",
         *collection_section(results),
-        "## 2. Scrape cost",
-        "",
-        "Rendering `/metrics` (Prometheus text) from a snapshot, without the cache",
-        "(a new cycle each time), and with it (repeated scrapes within one cycle).",
-        "",
-        "| series | render (uncached) | render (cached) | body |",
-        "|---|---|---|---|",
-    ]
-    for series, timings, cached, size in s["rows"]:
-        lines.append(f"| {series:,} | {spread(timings)} | {spread(cached, 1e6, 'us')} | "
-                     f"{size / 1024:,.0f} KiB |")
-    lines += [
-        "",
-        f"The simulated 8x H200 node exports {s['node_series']} series: {s['bare_series']} "
-        f"device and agent series, {s['process_series']} per-process series and "
-        f"{s['link_series']} per-link series (18 NVLinks and the PCIe link per GPU).",
-        "",
+        *scrape_section(results),
         *footprint_sections(results),
         "## 5. Cluster aggregation",
         "",
