@@ -1,5 +1,7 @@
 """A renderer that keeps its series' line prefixes between renders writes what a fresh one
-writes, whatever changed in between, and keeps a bounded number of them."""
+writes (Prometheus text and OpenMetrics), whatever changed in between, and keeps a bounded
+number of them. A fresh render is itself prometheus_client's output byte for byte
+(test_sinks_exposition.py)."""
 
 from __future__ import annotations
 
@@ -34,11 +36,13 @@ def _changing_snapshots():
     yield replace(base, cycle=13, devices=base.devices[1:])
 
 
-def test_a_kept_renderer_writes_what_a_fresh_one_writes():
+def test_a_kept_renderer_writes_what_a_fresh_one_writes_in_both_formats():
     kept = PrometheusRenderer(include_process_metrics=False)
     for snapshot in _changing_snapshots():
-        fresh = PrometheusRenderer(include_process_metrics=False)
-        assert kept.render(snapshot, False) == fresh.render(snapshot, False)
+        for openmetrics_format in (False, True):  # the two share the kept prefixes
+            fresh = PrometheusRenderer(include_process_metrics=False)
+            assert (kept.render(snapshot, openmetrics_format)
+                    == fresh.render(snapshot, openmetrics_format))
 
 
 def test_prefixes_stay_bounded_while_processes_come_and_go():

@@ -23,6 +23,7 @@ GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 SUFFIXES = {GAUGE: "", COUNTER: "_total", INFO: "_info"}
 _TEXT_TYPES = {GAUGE: "gauge", COUNTER: "counter", INFO: "gauge"}
 _INF = float("inf")
+OPENMETRICS_END = "# EOF\n"
 
 
 class Sample(NamedTuple):
@@ -109,14 +110,15 @@ def text_exposition(families: Iterable[Family]) -> bytes:
     return "".join(text_header(f) + text_samples(f) for f in families).encode()
 
 
+def openmetrics_header(family: Family) -> str:
+    """The HELP, TYPE and (where the family has a unit) UNIT lines in OpenMetrics (1.0)."""
+    documentation = escape_label(family.documentation)
+    unit = f"# UNIT {family.name} {family.unit}\n" if family.unit else ""
+    return f"# HELP {family.name} {documentation}\n# TYPE {family.name} {family.type}\n{unit}"
+
+
 def openmetrics_exposition(families: Iterable[Family]) -> bytes:
     """The OpenMetrics text format (1.0) of `families`, ending with `# EOF`."""
-    out = []
-    for family in families:
-        documentation = escape_label(family.documentation)
-        out.append(f"# HELP {family.name} {documentation}\n# TYPE {family.name} {family.type}\n")
-        if family.unit:
-            out.append(f"# UNIT {family.name} {family.unit}\n")
-        out.append(text_samples(family))
-    out.append("# EOF\n")
+    out = [openmetrics_header(family) + text_samples(family) for family in families]
+    out.append(OPENMETRICS_END)
     return "".join(out).encode()

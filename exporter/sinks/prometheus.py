@@ -26,6 +26,7 @@ from .exposition import (
     escape_label,
     go_float,
     openmetrics_exposition,
+    openmetrics_header,
     text_exposition,
     text_header,
     text_samples,
@@ -61,10 +62,15 @@ def series_families(series: SnapshotSeries) -> Iterator[Family]:
         yield _family(series, spec, rows)
 
 
-def series_text(series: SnapshotSeries, prefixes: LinePrefixes | None = None) -> bytes:
-    """The Prometheus text format (0.0.4), equal to `text_exposition(series_families(series))`.
+def series_text(series: SnapshotSeries, prefixes: LinePrefixes | None = None,
+                openmetrics_format: bool = False) -> bytes:
+    """The Prometheus text format (0.0.4), equal to `text_exposition(series_families(series))`;
+    with `openmetrics_format` the families of OpenMetrics (1.0) without its closing `# EOF`
+    (what `openmetrics_exposition` writes before it).
 
-    `prefixes`, when given, keeps the start of each series' line for the next render."""
+    `prefixes`, when given, keeps the start of each series' line for the next render (the
+    sample lines are the same in both formats)."""
+    header_of = _openmetrics_header_of if openmetrics_format else _text_header_of
     if prefixes is None:
         prefixes = LinePrefixes(limit=0)
     prefixes.start_render()
@@ -77,26 +83,37 @@ def series_text(series: SnapshotSeries, prefixes: LinePrefixes | None = None) ->
             # wins): the family's merge of the labels decides.
             if len(set(names)) < len(names) or any(isinstance(v, Mapping) for _, v in rows):
                 family = _family(series, spec, rows)
-                out.append(text_header(family) + text_samples(family))
+                header = openmetrics_header(family) if openmetrics_format else text_header(family)
+                out.append(header + text_samples(family))
                 continue
-        sample_name, header = _text_header_of(spec)
+        sample_name, header = header_of(spec)
         out.append(header)
         _rows_text(out, sample_name, names, rows, series.plain,
                    prefixes.family(sample_name, len(rows)))
     return "".join(out).encode()
 
 
-_HEADERS: dict[MetricSpec, tuple[str, str]] = {}
+_HEADERS: dict[tuple[MetricSpec, bool], tuple[str, str]] = {}
 
 
-def _text_header_of(spec: MetricSpec) -> tuple[str, str]:
-    """The sample name and the HELP and TYPE lines of a catalog metric (made once)."""
-    made = _HEADERS.get(spec)
+def _header_of(spec: MetricSpec, openmetrics_format: bool) -> tuple[str, str]:
+    """The sample name and the header lines of a catalog metric in one format (made once)."""
+    made = _HEADERS.get((spec, openmetrics_format))
     if made is None:
         family = Family(spec.prometheus_family, spec.description, _FAMILY_TYPES[spec.kind],
                         "" if spec.kind is Kind.INFO else spec.prometheus_unit)
-        made = _HEADERS[spec] = (family.name + SUFFIXES[family.type], text_header(family))
+        header = openmetrics_header(family) if openmetrics_format else text_header(family)
+        made = _HEADERS[(spec, openmetrics_format)] = (family.name + SUFFIXES[family.type],
+                                                       header)
     return made
+
+
+def _text_header_of(spec: MetricSpec) -> tuple[str, str]:
+    return _header_of(spec, False)
+
+
+def _openmetrics_header_of(spec: MetricSpec) -> tuple[str, str]:
+    return _header_of(spec, True)
 
 
 def _rows_text(out: list[str], sample_name: str, names: list[str], rows: list[Row],
@@ -128,9 +145,11 @@ def snapshot_families(snapshot: NodeSnapshot) -> list[Family]:
     return list(series_families(snapshot_series(snapshot)))
 
 
-def snapshot_text(snapshot: NodeSnapshot, prefixes: LinePrefixes | None = None) -> bytes:
-    """The Prometheus text of one snapshot: `text_exposition(snapshot_families(snapshot))`."""
-    return series_text(snapshot_series(snapshot), prefixes)
+def snapshot_text(snapshot: NodeSnapshot, prefixes: LinePrefixes | None = None,
+                  openmetrics_format: bool = False) -> bytes:
+    """The Prometheus text of one snapshot: `text_exposition(snapshot_families(snapshot))`
+    (OpenMetrics: `openmetrics_exposition`'s, without the closing `# EOF`)."""
+    return series_text(snapshot_series(snapshot), prefixes, openmetrics_format)
 
 
 def wants_openmetrics(accept: str | None) -> bool:
@@ -170,13 +189,11 @@ class PrometheusRenderer:
                         if f.name in names or any(s.name in names for s in f.samples)]
             body = (openmetrics_exposition(families) if openmetrics_format
                     else text_exposition(families))
-        elif openmetrics_format:
-            body = openmetrics_exposition([*snapshot_families(snapshot),
-                                           *self._process_families()])
         else:
             with self._text_lock:
-                body = snapshot_text(snapshot, self._prefixes)
-            body += text_exposition(self._process_families())
+                body = snapshot_text(snapshot, self._prefixes, openmetrics_format)
+            body += (openmetrics_exposition if openmetrics_format
+                     else text_exposition)(self._process_families())
         if not names:
             with self._lock:
                 self._cache[openmetrics_format] = (*key, body)
