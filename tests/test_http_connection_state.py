@@ -1,0 +1,102 @@
+"""The agent's HTTP server keeps nothing of a connection once it is closed.
+
+A long-running agent answers /healthz and /metrics on fresh and kept-alive
+connections for months; whatever a connection leaves behind (its place in the
+connection table, a timer, an answering task, a reference from either) would
+grow with every scrape. Real sockets, closed every way a client or the server
+closes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from dataclasses import replace
+
+from snapshots import sample_snapshot
+
+from ray_accel.exporter.httpd import serve
+from ray_accel.exporter.httpd.connection import Connection
+from ray_accel.exporter.server import AgentHttp
+from ray_accel.exporter.serving import ServingLimits
+from ray_accel.exporter.store import SnapshotStore
+
+ROUNDS = 40  # of each way of closing
+
+
+async def _answered(port: int, request: bytes) -> bytes:
+    """Sends `request` and reads until the server closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    await writer.wait_closed()
+    return data
+
+
+async def _kept_alive_then_gone(port: int) -> bytes:
+    """One answer on a kept-alive connection, then the client goes away."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    writer.close()
+    await writer.wait_closed()
+    return head
+
+
+async def _gone_mid_request(port: int) -> None:
+    """Half a request head, then the client goes away."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: ag")
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+
+async def _until(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+def _connections_alive() -> int:
+    gc.collect()
+    return sum(isinstance(o, Connection) for o in gc.get_objects())
+
+
+def test_closed_connections_leave_no_table_entry_timer_task_or_reference():
+    store = SnapshotStore()
+    store.publish(replace(sample_snapshot(), taken_at=time.time()))
+    handler = AgentHttp(store, lambda: True).app()
+
+    async def go() -> tuple[int, int, int, int, list[bytes]]:
+        # Long timeouts: a timer left behind would still be pending when counted.
+        limits = ServingLimits(header_timeout_s=300, keepalive_timeout_s=300)
+        serving = await serve(handler, "127.0.0.1", 0, limits)
+        loop = asyncio.get_running_loop()
+        timers_before = len(loop._scheduled)
+        try:
+            firsts = []
+            for _ in range(ROUNDS):
+                fresh = await _answered(serving.port, b"GET /metrics HTTP/1.1\r\nHost: agent\r\n"
+                                                      b"Connection: close\r\n\r\n")
+                kept = await _kept_alive_then_gone(serving.port)
+                malformed = await _answered(serving.port, b"NOT HTTP\r\n\r\n")
+                await _gone_mid_request(serving.port)
+                firsts += [fresh[:12], kept[:12], malformed[:12]]
+            await _until(lambda: serving.open_connections == 0)
+            # cancelled timers stay in the loop's heap until it sheds them; live ones count
+            timers = sum(not handle.cancelled() for handle in loop._scheduled)
+            tasks = len(asyncio.all_tasks()) - 1  # this test's own
+            return (serving.open_connections, timers - timers_before, tasks,
+                    _connections_alive(), firsts)
+        finally:
+            await serving.close()
+
+    open_connections, timers, tasks, alive, firsts = asyncio.run(go())
+    assert set(firsts) == {b"HTTP/1.1 200", b"HTTP/1.1 400"}, set(firsts)
+    assert open_connections == 0
+    assert timers <= 0
+    assert tasks == 0
+    assert alive == 0
