@@ -20,6 +20,7 @@ from ..calls import reading
 from .cadence import DEFAULT_INTERVAL_S, SlowReads, rare_reads
 from .calls import DeviceCalls
 from .fabric import fabric
+from .getters import Getters
 from .gpm import GpmActivity
 from .process_samples import (
     SampleBuffer,
@@ -64,6 +65,7 @@ class DeviceState:
     process_samples: SampleBuffer = field(default_factory=SampleBuffer)
     compute_processes: SampleBuffer = field(default_factory=process_buffer)
     graphics_processes: SampleBuffer = field(default_factory=process_buffer)
+    getters: Getters = field(default_factory=Getters)
 
 
 Probe = Callable[[DeviceCalls, Any, DeviceState], Iterable[Reading]]
@@ -76,22 +78,22 @@ _number_field = object.__getattribute__
 _GENERAL, _GPU_SENSOR = (("task", m.TASK_GENERAL),), (("sensor", "gpu"),)
 _SM, _MEMORY, _ENCODER, _DECODER = ((("engine", engine),) for engine in (
     m.ENGINE_SM, m.ENGINE_MEMORY, m.ENGINE_ENCODER, m.ENGINE_DECODER))
-_CODECS = ((pynvml.nvmlDeviceGetEncoderUtilization, (("task", m.TASK_ENCODER),)),
-           (pynvml.nvmlDeviceGetDecoderUtilization, (("task", m.TASK_DECODER),)))
+_ENCODER_TASK, _DECODER_TASK = (("task", m.TASK_ENCODER),), (("task", m.TASK_DECODER),)
 
 
 def utilization(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Reading]:
     found = []
-    rates = nvml.call(pynvml.nvmlDeviceGetUtilizationRates, handle)
+    getters = state.getters
+    rates = nvml.call(getters.utilization_rates, handle)
     busy = None
     if rates is not None:
-        busy = _number_field(rates, "gpu") / 100
+        busy = rates[0] / 100
         found.append(Reading(m.GPU_UTILIZATION, busy, _GENERAL))
-        found.append(Reading(m.MEMORY_BANDWIDTH_UTILIZATION,
-                             _number_field(rates, "memory") / 100))
+        found.append(Reading(m.MEMORY_BANDWIDTH_UTILIZATION, rates[1] / 100))
     state.extra["utilization"] = busy  # for activity
-    for fn, labels in _CODECS:
-        answer = nvml.call(fn, handle)
+    for getter, labels in ((getters.encoder_utilization, _ENCODER_TASK),
+                           (getters.decoder_utilization, _DECODER_TASK)):
+        answer = nvml.call(getter, handle)
         if answer is not None:
             found.append(Reading(m.GPU_UTILIZATION, answer[0] / 100, labels))
     return found
@@ -111,8 +113,8 @@ def memory(nvml: DeviceCalls, handle: Any, _: DeviceState) -> list[Reading]:
     return found
 
 
-def power(nvml: DeviceCalls, handle: Any, _: DeviceState) -> tuple[Reading, ...]:
-    milliwatts = nvml.call(pynvml.nvmlDeviceGetPowerUsage, handle)
+def power(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[Reading, ...]:
+    milliwatts = nvml.call(state.getters.power_usage, handle)
     return () if milliwatts is None else (Reading(m.POWER, milliwatts / 1000),)
 
 
@@ -135,8 +137,8 @@ def energy(nvml: DeviceCalls, handle: Any, _: DeviceState) -> Iterator[Reading]:
         yield reading(m.ENERGY, millijoules / 1000)
 
 
-def temperature(nvml: DeviceCalls, handle: Any, _: DeviceState) -> tuple[Reading, ...]:
-    celsius = nvml.call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+def temperature(nvml: DeviceCalls, handle: Any, state: DeviceState) -> tuple[Reading, ...]:
+    celsius = nvml.call(state.getters.temperature, handle, pynvml.NVML_TEMPERATURE_GPU)
     return () if celsius is None else (Reading(m.TEMPERATURE, float(celsius), _GPU_SENSOR),)
 
 
@@ -147,8 +149,9 @@ _CLOCK_LABELS = tuple((domain, clock_type, (("clock", domain),))
 
 def clocks(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Reading]:
     found = []
+    clock_info = state.getters.clock_info
     for domain, clock_type, labels in _CLOCK_LABELS:
-        mhz = nvml.call(pynvml.nvmlDeviceGetClockInfo, handle, clock_type, key=domain)
+        mhz = nvml.call(clock_info, handle, clock_type, key=domain)
         if mhz is not None:
             found.append(Reading(m.CLOCK_FREQUENCY, float(mhz * MHZ), labels))
     if state.static_readings is None:
@@ -169,13 +172,14 @@ def _throttle_readings(reasons: int) -> tuple[Reading, ...]:
     return tuple(held if reasons & bit else free for bit, held, free in _THROTTLE_READINGS)
 
 
-def throttling(nvml: DeviceCalls, handle: Any, _: DeviceState) -> list[Reading]:
+def throttling(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Reading]:
+    getters = state.getters
     reasons = nvml.first_of(
-        (pynvml.nvmlDeviceGetCurrentClocksEventReasons, (handle,)),
-        (pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, (handle,)),
+        (getters.clocks_event_reasons, (handle,)),
+        (getters.clocks_throttle_reasons, (handle,)),
     )
     found = [] if reasons is None else list(_throttle_readings(reasons))
-    pstate = nvml.call(pynvml.nvmlDeviceGetPerformanceState, handle)
+    pstate = nvml.call(getters.performance_state, handle)
     if pstate is not None and pstate != pynvml.NVML_PSTATE_UNKNOWN:
         found.append(Reading(m.PERFORMANCE_STATE, float(pstate)))
     return found
