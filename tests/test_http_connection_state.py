@@ -23,6 +23,7 @@ from ray_accel.exporter.serving import ServingLimits
 from ray_accel.exporter.store import SnapshotStore
 
 ROUNDS = 40  # of each way of closing
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n"
 
 
 async def _answered(port: int, request: bytes) -> bytes:
@@ -35,23 +36,15 @@ async def _answered(port: int, request: bytes) -> bytes:
     return data
 
 
-async def _kept_alive_then_gone(port: int) -> bytes:
-    """One answer on a kept-alive connection, then the client goes away."""
+async def _goes_away(port: int, request: bytes, read_head: bool) -> bytes:
+    """Sends `request` on a kept-alive connection, reads the answer's head if asked, then
+    the client goes away."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n")
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    writer.write(request)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10) if read_head else b""
     writer.close()
     await writer.wait_closed()
     return head
-
-
-async def _gone_mid_request(port: int) -> None:
-    """Half a request head, then the client goes away."""
-    _, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"GET /metrics HTTP/1.1\r\nHost: ag")
-    await writer.drain()
-    writer.close()
-    await writer.wait_closed()
 
 
 async def _until(condition, timeout_s: float = 10.0) -> None:
@@ -81,9 +74,10 @@ def test_closed_connections_leave_no_table_entry_timer_task_or_reference():
             for _ in range(ROUNDS):
                 fresh = await _answered(serving.port, b"GET /metrics HTTP/1.1\r\nHost: agent\r\n"
                                                       b"Connection: close\r\n\r\n")
-                kept = await _kept_alive_then_gone(serving.port)
+                kept = await _goes_away(serving.port, HEALTHZ, read_head=True)
                 malformed = await _answered(serving.port, b"NOT HTTP\r\n\r\n")
-                await _gone_mid_request(serving.port)
+                await _goes_away(serving.port, b"GET /metrics HTTP/1.1\r\nHost: ag",
+                                 read_head=False)  # half a request head
                 firsts += [fresh[:12], kept[:12], malformed[:12]]
             await _until(lambda: serving.open_connections == 0)
             # cancelled timers stay in the loop's heap until it sheds them; live ones count
