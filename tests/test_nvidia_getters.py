@@ -36,11 +36,15 @@ def _answers(getters: Getters, handle) -> dict[str, object]:
         "pstate": getters.performance_state(handle),
         "reasons": getters.clocks_event_reasons(handle),
         "throttle_reasons": getters.clocks_throttle_reasons(handle),
+        "memory_v2": getters.memory_info_v2(handle),
+        "memory": getters.memory_info(handle),
     }
 
 
 def _binding(handle) -> dict[str, object]:
     rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+    v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2)
+    v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
     return {
         "utilization": (rates.gpu, rates.memory),
         "encoder": tuple(pynvml.nvmlDeviceGetEncoderUtilization(handle)),
@@ -52,6 +56,8 @@ def _binding(handle) -> dict[str, object]:
         "pstate": pynvml.nvmlDeviceGetPerformanceState(handle),
         "reasons": pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle),
         "throttle_reasons": pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle),
+        "memory_v2": (v2.used, v2.total, v2.reserved),
+        "memory": (v1.used, v1.total, None),
     }
 
 
@@ -62,7 +68,7 @@ def test_getters_answer_what_the_binding_answers_and_keep_their_names(node):
     for handle in handles:
         ours, theirs = _answers(getters, handle), _binding(handle)
         assert ours == theirs
-        assert ours["power"] > 0 and ours["sm_clock"] > 0
+        assert ours["power"] > 0 and ours["sm_clock"] > 0 and ours["memory_v2"][2] > 0
     # a getter's answer is a number of its own, not the buffer the next call overwrites
     first = getters.utilization_rates(handles[0])
     busy = [getters.utilization_rates(h) for h in handles]

@@ -22,6 +22,7 @@ from typing import Any
 import pynvml
 
 _number_field = object.__getattribute__  # ctypes' own field access (the binding's adds checks)
+_set_field = ctypes.Structure.__setattr__
 
 
 def _named(getter: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -68,11 +69,31 @@ def utilization_rates() -> Callable[[Any], tuple[int, int]]:
     return _named(getter, name)
 
 
+def memory_info(v2: bool) -> Callable[[Any], tuple[int, int, int | None]]:
+    """`nvmlDeviceGetMemoryInfo` (v1), or its `_v2` (the version field set, as the binding
+    does, and `reserved` read): (used, total, reserved; None from v1) bytes."""
+    name = "nvmlDeviceGetMemoryInfo"
+    out = pynvml.c_nvmlMemory_v2_t() if v2 else pynvml.c_nvmlMemory_t()
+    ref = ctypes.byref(out)
+    function = name + "_v2" if v2 else name
+
+    def getter(handle: Any) -> tuple[int, int, int | None]:
+        if v2:
+            _set_field(out, "version", pynvml.nvmlMemory_v2)
+        pynvml._nvmlCheckReturn(pynvml._nvmlGetFunctionPointer(function)(handle, ref))
+        return (_number_field(out, "used"), _number_field(out, "total"),
+                _number_field(out, "reserved") if v2 else None)
+
+    return _named(getter, name)
+
+
 class Getters:
     """One device's getters (see the module's doc)."""
 
     def __init__(self) -> None:
         self.utilization_rates = utilization_rates()
+        self.memory_info_v2 = memory_info(v2=True)
+        self.memory_info = memory_info(v2=False)
         self.encoder_utilization = pair("nvmlDeviceGetEncoderUtilization")
         self.decoder_utilization = pair("nvmlDeviceGetDecoderUtilization")
         self.power_usage = scalar("nvmlDeviceGetPowerUsage")

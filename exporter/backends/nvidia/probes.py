@@ -71,9 +71,6 @@ class DeviceState:
 Probe = Callable[[DeviceCalls, Any, DeviceState], Iterable[Reading]]
 
 
-# A binding struct's field as ctypes reads it: the binding's own attribute lookup adds a
-# Python-level bytes check to each (numbers only are read this way).
-_number_field = object.__getattribute__
 # The labels of the every-cycle probes' readings, built once (a cycle makes a hundred of them).
 _GENERAL, _GPU_SENSOR = (("task", m.TASK_GENERAL),), (("sensor", "gpu"),)
 _SM, _MEMORY, _ENCODER, _DECODER = ((("engine", engine),) for engine in (
@@ -99,15 +96,14 @@ def utilization(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Read
     return found
 
 
-def memory(nvml: DeviceCalls, handle: Any, _: DeviceState) -> list[Reading]:
-    info = nvml.call(pynvml.nvmlDeviceGetMemoryInfo, handle, pynvml.nvmlMemory_v2, key="v2")
+def memory(nvml: DeviceCalls, handle: Any, state: DeviceState) -> list[Reading]:
+    info = nvml.call(state.getters.memory_info_v2, handle, key="v2")
     if info is None:
-        info = nvml.call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        info = nvml.call(state.getters.memory_info, handle)
     if info is None:
         return []
-    found = [Reading(m.MEMORY_USAGE, float(_number_field(info, "used"))),
-             Reading(m.MEMORY_LIMIT, float(_number_field(info, "total")))]
-    reserved = getattr(info, "reserved", None)
+    used, total, reserved = info
+    found = [Reading(m.MEMORY_USAGE, float(used)), Reading(m.MEMORY_LIMIT, float(total))]
     if reserved is not None:
         found.append(Reading(m.MEMORY_RESERVED, float(reserved)))
     return found
