@@ -14,7 +14,7 @@ import pytest
 from agent_process import AgentProcess
 
 from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, Reading
-from ray_accel.exporter.record.history import History
+from ray_accel.exporter.record.history import AGED_DROPPED_TOGETHER, History
 from ray_accel.exporter.simulate import load_scenario
 
 TOKEN = "ray-cluster-token-for-record-tests"
@@ -37,6 +37,19 @@ def test_history_keeps_only_its_age() -> None:
     taken = [f.taken_at for f in history.recording().frames]
     assert taken == [1000.0 + c for c in range(19, 30)]
     assert [f.taken_at for f in history.recording(last_s=3).frames] == taken[-4:]
+
+
+def test_frames_past_their_age_dropped_together_leave_the_rest_exact() -> None:
+    history = History(max_age_s=5)
+    for cycle in range(AGED_DROPPED_TOGETHER * 3 + 4):
+        history.add(_snapshot(cycle, 1000.0 + cycle))
+        frames = history.recording().frames
+        # whatever is still held past its age, the recording is the last 5 s, value for value
+        first = max(cycle - 5, 0)
+        assert [f.taken_at for f in frames] == [1000.0 + c for c in range(first, cycle + 1)]
+        assert [list(f.devices[0].values) for f in frames] == [
+            [float(c + i) for i in range(10)] for c in range(first, cycle + 1)]
+    assert len(history) < 6 + AGED_DROPPED_TOGETHER  # the aged ones do go, in batches
 
 
 def test_history_keeps_only_its_bytes() -> None:
@@ -63,7 +76,7 @@ import json, os, sys, time
 from ray_accel.exporter.simulate import SimulatedHardware
 hw = SimulatedHardware.start("hgx-h200"); hw.activate()
 from ray_accel.exporter.backends import load_backends
-from ray_accel.exporter.record.history import History
+from ray_accel.exporter.record.history import AGED_DROPPED_TOGETHER, History
 from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.store import SnapshotStore
 sampler = Sampler(load_backends(["nvidia"]), SnapshotStore(), interval_s=1.0)

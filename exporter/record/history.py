@@ -37,6 +37,10 @@ DEFAULT_MAX_AGE_S = 600.0
 # its processes replaced every 50 cycles, it holds about 1,700 frames of this node).
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 _LEVEL = 1  # zlib's fastest: the XOR already did most of the work
+# Frames past their age are dropped this many at a time: the frame after them is packed on
+# its own again once per batch, not at every cycle (a third of a full history's cost of
+# keeping a frame). Until then `recording()` leaves them out.
+AGED_DROPPED_TOGETHER = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +213,9 @@ class History:
                             (link.link_type, link.index)] = link.facts
             self._backends = snapshot.backends
             self._interval_s = snapshot.interval_s
-            oldest = snapshot.taken_at - self.max_age_s
-            while self._frames and (self._bytes > self.max_bytes
-                                    or self._frames[0][0].taken_at < oldest):
-                self._drop_oldest()
+            while self._frames and self._bytes > self.max_bytes:
+                self._drop_first(1)
+            self._drop_aged(snapshot.taken_at - self.max_age_s)
 
     def _kept_keys(self, device: DeviceFrame) -> tuple[tuple[SeriesKey, ...], bytes | None]:
         """The keys to keep `device` under, and the raw values to pack it against (if any)."""
@@ -231,17 +234,30 @@ class History:
             self._bytes += self._key_sets.use(device.keys,
                                               self._new_key_bytes.get(id(device.keys), 0))
 
-    def _drop_oldest(self) -> None:
-        dropped, size = self._frames.popleft()
-        self._bytes -= size
-        for device in dropped.devices:
-            self._bytes -= self._key_sets.release(device.keys)
+    def _drop_aged(self, oldest: float) -> None:
+        """Drop the frames taken before `oldest` once there are enough of them (or all are)."""
+        aged = 0
+        for frame, _ in self._frames:
+            if frame.taken_at >= oldest:
+                break
+            aged += 1
+        if aged >= AGED_DROPPED_TOGETHER or (aged and aged == len(self._frames)):
+            self._drop_first(aged)
+
+    def _drop_first(self, count: int) -> None:
+        """Drop the `count` oldest frames; the one after them is then packed on its own."""
+        base: dict[str, bytes] = {}  # the raw values of the last frame dropped
+        for _ in range(count):
+            dropped, size = self._frames.popleft()
+            self._bytes -= size
+            for device in dropped.devices:
+                self._bytes -= self._key_sets.release(device.keys)
+            base = {d.uuid: _raw(d, base) for d in dropped.devices}  # the oldest is standalone
         if not self._frames:
             self._newest = {}  # the next frame is packed on its own
             return
         after, after_size = self._frames[0]
         if any(d.delta for d in after.devices):
-            base = {d.uuid: _raw(d, {}) for d in dropped.devices}  # the oldest is standalone
             after = _standalone(after, base)
             self._frames[0] = (after, after.nbytes())
             self._bytes += self._frames[0][1] - after_size
@@ -255,14 +271,15 @@ class History:
         return len(self._frames)
 
     def recording(self, last_s: float | None = None) -> Recording:
-        """The frames of the last `last_s` seconds (all kept ones when None)."""
+        """The frames of the last `last_s` seconds (of the last `max_age_s` when None)."""
         with self._lock:
             packed = [f for f, _ in self._frames]
             devices = dict(self._devices)
             backends = self._backends
             link_facts = {uuid: dict(links) for uuid, links in self._link_facts.items()}
         frames = _unpack(packed)
-        if last_s is not None and frames:
-            since = frames[-1].taken_at - last_s
+        if frames:
+            window = self.max_age_s if last_s is None else min(last_s, self.max_age_s)
+            since = frames[-1].taken_at - window
             frames = [f for f in frames if f.taken_at >= since]
         return Recording(devices, backends, frames, self._interval_s, link_facts)
