@@ -33,7 +33,8 @@ from .aggregate import (
     node_brief,
 )
 from .collector import Collector
-from .heatmap_columns import columns_body
+from .content_coding import accepts_gzip
+from .heatmap_columns import columns_body, columns_gzip
 from .history import memory_series
 from .node_detail import Detail
 from .node_record import RecordRefused, node_recording, record_query
@@ -218,8 +219,12 @@ class AcceleratorsApi:
         form = _choice(params, "form", ("nodes", "columns")) or "nodes"
         view = self._view()
         if form == "columns":
+            headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
+            if accepts_gzip(request.headers.get("Accept-Encoding")):
+                return web.Response(body=columns_gzip(view), content_type="application/json",
+                                    headers={**headers, "Content-Encoding": "gzip"})
             return web.Response(body=columns_body(view), content_type="application/json",
-                                headers={"Cache-Control": "no-store"})
+                                headers=headers)
         return _write_heatmap(request, view)
 
     def nodes(self, request: web.Request) -> web.Response:

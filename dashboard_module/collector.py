@@ -48,7 +48,7 @@ from .aggregate import (
     prepare_parts,
 )
 from .batch_parse import BatchParser
-from .heatmap_columns import columns_body
+from .heatmap_columns import columns_gzip
 from .history import History
 from .json_decode import decode
 from .new_nodes import NewNodes
@@ -319,22 +319,23 @@ class Collector:
 
     def _build_provisional(self, nodes: list[NodeState]) -> ClusterView:
         """The view of the nodes so far (no history: that is the rounds'), its columns form
-        encoded, in the parsing thread."""
+        encoded (and gzipped), in the parsing thread."""
         with _handing_over_often():
             view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
                               self._transfer_devices)
-            columns_body(view, _let_the_loop_run)
+            columns_gzip(view, _let_the_loop_run)
         return view
 
     def _build(self, nodes: list[NodeState]) -> ClusterView:
         """The round's view, its history staged and its heatmap's columns form encoded (in
         the parsing thread: none of it waits on the event loop, nor holds it up; the
-        per-node form is written from the rows each node's part encoded)."""
+        per-node form is written from the rows each node's part encoded; the columns form
+        is gzipped here too, for the clients that accept it)."""
         with _handing_over_often():
             view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
                               self._transfer_devices)
             self.history.stage(view.generated_at, history_values(view), _let_the_loop_run)
-            columns_body(view, _let_the_loop_run)
+            columns_gzip(view, _let_the_loop_run)
         return view
 
     def _track(self, targets: Sequence[AgentTarget]) -> None:

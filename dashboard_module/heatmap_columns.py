@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .content_coding import gzipped
 from .findings import DOWN, OK, STALE, WARNING
 from .json_encode import encode_compact
 
@@ -28,6 +29,7 @@ ALLOCATED, IDLE, SPINNING = 1, 2, 4
 # The placement keys the tab groups nodes by (exporter/placement.py).
 GROUP_KEYS = ("nvlink_domain", "rack", "zone", "node_pool")
 ENCODED_KEY = "heatmap.columns"
+GZIP_KEY = "heatmap.columns.gzip"
 
 
 def _flags(cell: dict[str, Any]) -> int:
@@ -153,4 +155,12 @@ def columns_body(view: ClusterView, pause: Callable[[], None] = lambda: None) ->
     body = view.encoded.get(ENCODED_KEY)
     if body is None:
         body = view.encoded[ENCODED_KEY] = _assembled(view, pause)
+    return body
+
+
+def columns_gzip(view: ClusterView, pause: Callable[[], None] = lambda: None) -> bytes:
+    """columns_body(view) gzipped, made once per view."""
+    body = view.encoded.get(GZIP_KEY)
+    if body is None:
+        body = view.encoded[GZIP_KEY] = gzipped(columns_body(view, pause))
     return body

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gzip
 import json
 import time
 
@@ -18,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from ray_accel.dashboard_module.aggregate import NodeState, build_view, heatmap_body
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import Collector
+from ray_accel.dashboard_module.content_coding import accepts_gzip
 from ray_accel.dashboard_module.fleet import fleet_member, node_id
 from ray_accel.dashboard_module.fleet_agents import template_document, with_device_down
 from ray_accel.dashboard_module.heatmap_columns import (
@@ -26,6 +28,7 @@ from ray_accel.dashboard_module.heatmap_columns import (
     IDLE,
     columns_body,
     columns_document,
+    columns_gzip,
 )
 from ray_accel.dashboard_module.standalone import build_app
 from ray_accel.exporter.node_view import reduce_snapshot
@@ -111,3 +114,46 @@ def test_the_api_serves_both_forms_and_refuses_an_unknown_one(template):
     assert columns["form"] == "columns" and sum(columns["nodes"]["devices"]) == 24
     assert [len(row["devices"]) for row in plain["nodes"]] == [8, 8, 8]
     assert bad_status == 400 and "form must be one of nodes, columns" in bad["error"]
+
+
+def test_the_columns_form_is_gzipped_for_a_client_that_accepts_it(template):
+    async def discover():
+        return []
+
+    async def ask(accept_encoding: str | None) -> tuple[str | None, str, bytes]:
+        collector = Collector(discover, refresh_s=5)
+        api = AcceleratorsApi(collector, "standalone")
+        async with TestClient(TestServer(build_app(api, None)),
+                              auto_decompress=False) as client:
+            await collector.stop()
+            collector.view = view
+            if accept_encoding is None:  # no header at all (aiohttp would add its own)
+                asked = {"skip_auto_headers": ("Accept-Encoding",)}
+            else:
+                asked = {"headers": {"Accept-Encoding": accept_encoding}}
+            reply = await client.get("/accelerators/api/heatmap", params={"form": "columns"},
+                                     **asked)
+            assert reply.status == 200
+            return (reply.headers.get("Content-Encoding"), reply.headers["Vary"],
+                    await reply.read())
+
+    view = build_view(_nodes(template), refresh_s=5)
+    plain = columns_body(view)
+    coding, vary, body = asyncio.run(ask("br;q=1.0, gzip;q=0.5"))
+    assert coding == "gzip" and vary == "Accept-Encoding"
+    assert gzip.decompress(body) == plain and len(body) < len(plain) / 2
+    assert columns_gzip(view) is columns_gzip(view)  # compressed once per view
+    for refused in (None, "gzip;q=0", "br, deflate", "*;q=0", "gzip;q=nonsense"):
+        coding, vary, body = asyncio.run(ask(refused))
+        assert coding is None and body == plain, refused
+
+
+@pytest.mark.parametrize(("header", "accepted"), [
+    ("gzip", True), ("GZIP", True), ("x-gzip", True), ("deflate, gzip;q=0.1", True),
+    ("*", True), ("*;q=0.3", True), ("gzip; q=1.0", True),
+    (None, False), ("", False), ("identity", False), ("gzip;q=0", False),
+    ("gzip;q=0.000", False), ("*;q=0", False), ("gzip;q=0, *", False),
+    ("gzip;q=2", False), ("gzip;q=", False), ("gzipx", False), (",,;", False),
+])
+def test_accept_encoding_weights_decide_gzip(header, accepted):
+    assert accepts_gzip(header) is accepted
