@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any
@@ -31,6 +31,7 @@ from ..base import read_timed
 from ..calls import text
 from .calls import DeviceCalls
 from .counter_reads import READ_NONE, READ_PCIE, CounterSchedule
+from .getters import scalar
 from .gpm import PCIE_LINK, MeasuredLinks
 from .probes import reading
 
@@ -135,6 +136,8 @@ class LinkLayout:
     # NVLink index -> its slow readings (error counters, state) as last read
     slow_readings: dict[int, tuple[Reading, ...]] = field(default_factory=dict)
     schedule: CounterSchedule = field(default_factory=CounterSchedule)
+    link_state: Callable[..., int] = field(  # nvmlDeviceGetNvLinkState, its buffer kept
+        default_factory=partial(scalar, "nvmlDeviceGetNvLinkState"), repr=False)
     # the byte counters as last read, by link slot (NVLinks in order, then PCIe), and when
     # (the NVLinks', and the PCIe link's, which may be read alone)
     byte_readings: tuple[tuple[Reading, ...], ...] = ()
@@ -304,11 +307,12 @@ def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
 
 
 def _slow_link_readings(calls: DeviceCalls, handle: Any, nvlink: NvLinkFacts,
-                        counters: list[Reading]) -> tuple[Reading, ...]:
+                        counters: list[Reading], link_state: Callable[..., int],
+                        ) -> tuple[Reading, ...]:
     """A link's slow-cadence readings: its error counters (in `counters`) and its state."""
     found = [r for r in counters if r.metric == m.LINK_ERRORS]
-    state = calls.call(pynvml.nvmlDeviceGetNvLinkState, handle, nvlink.index,
-                       key=f"link{nvlink.index}", every_cycle=True)
+    state = calls.call(link_state, handle, nvlink.index, key=f"link{nvlink.index}",
+                       every_cycle=True)
     if state is not None:
         found.append(_LINK_UP[1 if state else 0])
     return tuple(found)
@@ -335,8 +339,8 @@ def _read_counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: in
         counters, read_at = [[] for _ in range(len(layout.nvlinks) + 1)], None
     if read == READ_SLOW:
         for nvlink, readings in zip(layout.nvlinks, counters, strict=False):
-            layout.slow_readings[nvlink.index] = _slow_link_readings(calls, handle, nvlink,
-                                                                     readings)
+            layout.slow_readings[nvlink.index] = _slow_link_readings(
+                calls, handle, nvlink, readings, layout.link_state)
         counters = [[r for r in readings if r.metric == m.LINK_IO] for readings in counters]
     if read_at is None:
         layout.byte_readings, layout.bytes_read_at, layout.pcie_read_at = (
