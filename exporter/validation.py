@@ -178,12 +178,33 @@ class _CounterHistory:
         return False
 
 
+@dataclass(frozen=True, slots=True)
+class _Passed:
+    """A run of readings (one tuple) that passed every check, and what the checks used.
+
+    The same tuple again (a backend hands back the readings it did not read again, links'
+    byte counters most cycles) passes again as long as the bounds and counter tracking are
+    the same and the device's counter history has not been cleared (that drops these):
+    its counters are at these values already, so checking them again would change nothing.
+    """
+
+    readings: tuple[Reading, ...]
+    limits: Mapping[str, float]
+    track_counters: bool
+
+
 @dataclass
 class _DeviceChecks:
     """What the validator remembers of one device: its counters and what it has logged."""
 
     counters: dict[CounterKey, _CounterHistory] = field(default_factory=dict)
     logged: set[str] = field(default_factory=set)
+    passed: dict[CounterKey, _Passed] = field(default_factory=dict)  # by where they are
+
+    def forget_counters(self) -> None:
+        """A lost or reset device: its counters may start again from anywhere."""
+        self.counters.clear()
+        self.passed.clear()
 
     def counter_accepts(self, key: CounterKey, value: float) -> bool:
         history = self.counters.get(key)
@@ -195,6 +216,8 @@ class _DeviceChecks:
     def forget_processes_except(self, pids: set[int]) -> None:
         for key in [k for k in self.counters if k[0] == "process" and k[1] not in pids]:
             del self.counters[key]
+        for key in [k for k in self.passed if k[0] == "process" and k[1] not in pids]:
+            del self.passed[key]
 
 
 @dataclass
@@ -209,6 +232,10 @@ class _SampleCheck:
     def keep(self, readings: tuple[Reading, ...], where: CounterKey) -> tuple[Reading, ...]:
         """The readings that can be true (`readings` itself when all can)."""
         scope, limits = where[0], self.limits
+        passed = self.device.passed.get(where)
+        if (passed is not None and passed.readings is readings
+                and passed.track_counters == self.track_counters and passed.limits == limits):
+            return readings
         kept: list[Reading] | None = None  # made at the first reading refused
         for position, reading in enumerate(readings):
             # The common case inline (it runs on every reading of every cycle): a catalog
@@ -233,7 +260,11 @@ class _SampleCheck:
                 kept = list(readings[:position])
             elif accepted and kept is not None:
                 kept.append(reading)
-        return readings if kept is None else tuple(kept)
+        if kept is not None:
+            self.device.passed.pop(where, None)
+            return tuple(kept)
+        self.device.passed[where] = _Passed(readings, limits, self.track_counters)
+        return readings
 
     def link(self, link: Link) -> Link:
         readings = self.keep(link.readings, ("link", link.link_type, link.index))
@@ -281,7 +312,7 @@ class ReadingValidator:
         """`sample` without the readings that cannot be true, those named in its `errors`."""
         device = self._devices.setdefault(sample.device.uuid, _DeviceChecks())
         if not sample.up:
-            device.counters.clear()  # lost or reset: its counters may start again from zero
+            device.forget_counters()  # lost or reset: its counters may start again from zero
         check = _SampleCheck(device, _limits(sample.readings), track_counters=sample.up)
         readings = check.keep(sample.readings, ("device",))
         links = tuple(check.link(link) for link in sample.links)

@@ -184,6 +184,36 @@ def test_link_counters_are_checked_per_link_and_direction(checked):
     assert tally.snapshot() == {(COUNTER_DECREASED, m.LINK_IO): 1, (OUT_OF_RANGE, m.LINK_UP): 1}
 
 
+def test_readings_handed_back_unchanged_are_checked_again_when_what_bounds_them_changed(
+        checked):
+    """A backend hands back the same readings tuple for what it did not read again; it
+    passes on without a second look only while the checks it passed would give the same."""
+    validator, tally = checked
+    held = ProcessSample(7, (Reading(m.PROCESS_MEMORY_USAGE, 100 * GIB),))
+    kept = validator.check(_sample(Reading(m.MEMORY_LIMIT, 141 * GIB), processes=(held,)))
+    assert kept.processes[0] is held
+    again = validator.check(_sample(Reading(m.MEMORY_LIMIT, 141 * GIB), processes=(held,)))
+    assert again.processes[0] is held and tally.snapshot() == {}
+    smaller = validator.check(_sample(Reading(m.MEMORY_LIMIT, 80 * GIB), processes=(held,)))
+    assert smaller.processes[0].readings == ()
+    assert tally.snapshot() == {(OVER_LIMIT, m.PROCESS_MEMORY_USAGE): 1}
+
+
+def test_counters_handed_back_unchanged_after_a_loss_count_from_there(checked):
+    validator, tally = checked
+
+    def link(tx: float) -> Link:
+        return Link("nvlink", 0, (Reading(m.LINK_IO, tx, (("direction", "transmit"),)),))
+
+    unchanged = link(1000.0)
+    validator.check(_sample(links=(unchanged,)))
+    validator.check(_sample(up=False))  # lost: its counters are forgotten
+    validator.check(_sample(links=(unchanged,)))  # the same tuple: 1000 is the last value again
+    out = validator.check(_sample(links=(link(900.0),)))
+    assert out.links[0].readings == ()
+    assert tally.snapshot() == {(COUNTER_DECREASED, m.LINK_IO): 1}
+
+
 def test_process_readings_are_checked_against_their_device(checked):
     validator, tally = checked
     greedy = ProcessSample(7, (Reading(m.PROCESS_MEMORY_USAGE, 200 * GIB),
