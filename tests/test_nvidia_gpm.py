@@ -281,6 +281,21 @@ def test_backend_follows_changing_activity(open_backend):
             {"sm": expected})
 
 
+def test_a_repeated_answer_keeps_its_readings_and_a_changed_one_is_read(open_backend):
+    backend, devices, hw = open_backend(scenario(gpu(0, gpm={
+        "sm_util": {"keyframes": [[0, 40], [20, 40], [20, 80]], "interpolate": "linear"}})))
+    backend.sample(devices[0])
+    found = []
+    for t in (12, 14, 16, 26):  # averages over [10, 12] ... [14, 16]: 40 %; [16, 26]: 64 %
+        move_to(hw, t)
+        found.append(backend.sample(devices[0]))
+    same, again, changed = (gpm_readings(sample) for sample in found[1:])
+    assert values(found[0], m.ACTIVITY, "engine")["sm"] == pytest.approx(0.40)
+    assert len(same) == len(again) == 1 and all(a is b for a, b in zip(same, again, strict=True))
+    assert values(found[3], m.ACTIVITY, "engine")["sm"] == pytest.approx(0.64)
+    assert len(changed) == len(same)
+
+
 def test_backend_activity_per_mig_instance(open_backend):
     backend, devices, hw = open_backend(scenario(gpu(0, mig_mode=True, gpm={"sm_util": 50},
                                                      mig_devices=[

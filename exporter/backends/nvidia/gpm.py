@@ -177,6 +177,8 @@ class _Request:
         self.names = tuple(metric.name for metric in metrics)
         self.scales = tuple(metric.scale for metric in metrics)
         self.labels = tuple(metric.labels for metric in metrics)
+        # the values of the last answer of every metric, and their readings
+        self.last: tuple[tuple[float, ...], tuple[Reading, ...]] = ((), ())
         # the slots of the figures the judgements read (exporter/activity.py), None if not asked
         self.view_slots = tuple(
             next((slot for slot, metric in enumerate(metrics)
@@ -321,9 +323,12 @@ class GpmActivity:
         statuses, values = request.statuses_and_values()
         success = pynvml.NVML_SUCCESS
         answered = statuses.count(success) == len(statuses)
-        if answered:  # the usual case: every metric answered (made in C loops: 50 a GPU)
+        if answered and values == request.last[0]:  # an idle GPU's answer repeats
+            readings = list(request.last[1])
+        elif answered:  # the usual case: every metric answered (made in C loops: 50 a GPU)
             readings = list(map(Reading, request.names, map(mul, values, request.scales),
                                 request.labels))
+            request.last = (values, tuple(readings))
         else:
             readings = [Reading(name, value * scale, labels)
                         for (name, scale, labels), status, value
