@@ -14,7 +14,7 @@ import os
 import ssl
 import subprocess
 import sys
-import time
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -168,6 +168,7 @@ def test_web_config_reload_keeps_the_last_good_file(tmp_path):
     tls = {"cert_file": certs["cert"], "key_file": certs["key"]}
     web = write_web_config(tmp_path / "web.yml", tls=tls, users={"alice": "one"})
     with AgentProcess("--simulate", "l4-pcie", "--web-config-file", str(web)) as agent:
+        follower = _follow_output(agent)
         context = _client_context(certs["ca"])
         snapshot = agent.url + "/api/v1/snapshot"
         wait_until(lambda: fetch(snapshot, basic("alice", "one"), context)[0] == 200, "alice")
@@ -176,7 +177,8 @@ def test_web_config_reload_keeps_the_last_good_file(tmp_path):
         wait_until(lambda: fetch(snapshot, basic("bob", "two"), context)[0] == 200, "bob")
         assert fetch(snapshot, basic("alice", "one"), context)[0] == 401
         web.write_text("basic_auth_users: {carol: not-a-hash}\n")
-        time.sleep(5)  # two polls of the file
+        wait_until(lambda: "not reloaded, keeping the last good one" in "".join(agent.output),
+                   "the bad file refused", every=0.1)
         assert fetch(snapshot, basic("bob", "two"), context)[0] == 200
         (tmp_path / "renewed").mkdir()
         renewed = make_certificates(tmp_path / "renewed", "renewed server")
@@ -185,8 +187,19 @@ def test_web_config_reload_keeps_the_last_good_file(tmp_path):
         new_context = _client_context(renewed["ca"])
         wait_until(lambda: fetch(snapshot, basic("bob", "two"), new_context)[0] == 200,
                    "the renewed certificate")
-    log = "".join(agent.output) + agent.proc.stdout.read()
-    assert "not reloaded, keeping the last good one" in log and "not a bcrypt hash" in log
+    follower.join(15)
+    assert "not a bcrypt hash" in "".join(agent.output)
+
+
+def _follow_output(agent: AgentProcess) -> threading.Thread:
+    """Keeps appending the agent's output lines to `agent.output` until it exits."""
+    def follow() -> None:
+        for line in agent.proc.stdout:
+            agent.output.append(line)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    return follower
 
 
 RAY_TOKEN = "ray-cluster-token-0123456789abcdef"
