@@ -28,7 +28,8 @@ folder when its dashboard starts; --watch puts the boards back.
 
 With --out DIR: write the boards (DIR/dashboards/), a Grafana dashboards
 provider (DIR/provisioning/dashboards/), and the Prometheus alert rules with
-their promtool tests and thresholds (DIR/prometheus/).
+their promtool tests and thresholds, and the recording rules the Accelerators
+tab reads for long ranges with theirs (DIR/prometheus/).
 """
 
 

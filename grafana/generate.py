@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import boards
-from .alerts import rules_file, runbook, unit_tests
+from .alerts import recording, recording_cases, rules_file, runbook, unit_tests
 from .alerts.rules import AlertConfig, all_rules, groups
 from .provisioning import RAY_DEFAULT_DASHBOARD_UID, render_provider
 from .thresholds import render_file
@@ -28,6 +28,9 @@ RULES = "prometheus/ray-accel-alerts.yml"
 # promtool unit tests, one file per evaluation interval: RULE_TESTS.format(interval="60s").
 RULE_TESTS = "prometheus/ray-accel-alerts.{interval}.test.yml"
 THRESHOLDS = "prometheus/alert-thresholds.yml"
+#: The cluster aggregates the Accelerators tab reads for long ranges, and their promtool tests.
+RECORDING = "prometheus/ray-accel-recording.yml"
+RECORDING_TESTS = "prometheus/ray-accel-recording.test.yml"
 #: Where the committed provider file expects the boards (a conventional Grafana path).
 DEFAULT_DASHBOARDS_PATH = "/var/lib/grafana/dashboards/ray-accel"
 
@@ -60,6 +63,8 @@ def files(output: Output = CANONICAL) -> dict[str, str]:
                                           output.runbook_base)
     found.update({RULE_TESTS.format(interval=interval): text for interval, text in tests.items()})
     found[THRESHOLDS] = render_file(output.alerts.thresholds)
+    found[RECORDING] = recording.render()
+    found[RECORDING_TESTS] = recording_cases.render(Path(RECORDING).name)
     return found
 
 

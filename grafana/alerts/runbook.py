@@ -37,6 +37,31 @@ come from the series, so Alertmanager can route and silence on them. To
 silence one device, match on `uuid`; one node, on `ray_node_id`; one kind of
 actor, on `actor_class`.
 
+## Recording rules
+
+`DIR/prometheus/ray-accel-recording.yml` (committed:
+`grafana/generated/prometheus/ray-accel-recording.yml`) is one group,
+`ray_accel_cluster_recording`, evaluated every 10 s (the scrape interval of
+`deploy/prometheus/prometheus.yml`), that records the cluster aggregates the
+Accelerators tab shows, `by (SessionName, ray_io_cluster)`: general-engine
+utilization as its sum and count (`ray_accel_cluster:hw_gpu_utilization_ratio:sum`,
+`:count`: a mean over several sessions or clusters is their sums over their counts),
+device memory in use and power (`:sum`), idle allocations weighted by their share
+(`ray_accel_cluster:ray_accelerator_allocation_idle:sum`) and devices down
+(`ray_accel_cluster:ray_accelerator_device_up:count_down`); the last two are 0, not
+absent, where devices report and none is idle or down. Load it beside the alert rules:
+
+```yaml
+rule_files:
+  - /etc/prometheus/ray-accel-alerts.yml
+  - /etc/prometheus/ray-accel-recording.yml
+```
+
+The tab's cluster history over 6 h, 24 h and 7 d then reads these few series
+instead of every device's (docs/api.md, `recorded`), from the moment the rules
+are loaded. `promtool test rules ray-accel-recording.test.yml` checks each
+recorded series against its devices' aggregate.
+
 ## Thresholds
 
 Change them with `ray-accel grafana --alert-threshold NAME=VALUE` (repeatable) or
