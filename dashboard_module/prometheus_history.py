@@ -27,6 +27,13 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from ..exporter import catalog as m
+from ..grafana.alerts.recording import (
+    PRESENCE_PART,
+    named,
+    raw_cluster_queries,
+    record_name,
+    recorded_cluster_queries,
+)
 from ..grafana.promql import CLUSTER_FILTER, SESSION_FILTER, eq, literal_pattern, selector
 from ..grafana.queries import expand
 from .history import History, memory_series
@@ -50,6 +57,14 @@ MAX_ANSWER_BYTES = 16 * 2**20
 MAX_CONCURRENT_QUERIES = 8
 
 SCOPES = ("cluster", "node", "device", "job")
+# Ranges whose cluster series read the recording rules' series when Prometheus has them
+# (grafana/alerts/recording.py). Over 1 h the raw query is exact on its 12 s grid, reads
+# an hour of each device's samples, and shows the whole hour as soon as the agents are
+# scraped; from 6 h on a step (72 s and more) spans several rule evaluations, so a
+# recorded value is at most one evaluation older than the raw one, and the raw cost
+# (every device's samples over the whole range) is what recording rules remove.
+RECORDED_RANGES = ("6h", "24h", "7d")
+RECORDED_CHECK_S = 300.0  # how long whether the recorded series exist is remembered
 
 
 class PrometheusConfigError(ValueError):
@@ -149,8 +164,19 @@ def _filters(settings: PrometheusSettings) -> tuple[str, ...]:
     return expand(SESSION_FILTER, values), expand(CLUSTER_FILTER, values)
 
 
-def scope_queries(scope: Scope, filters: Sequence[str], step_s: int = 1) -> dict[str, str]:
+def _windowed(step_s: int) -> Callable[[str], str]:
+    """What reads a selector at each point of a grid of `step_s` (see `scope_queries`)."""
+    if step_s > LOOKBACK_S - MAX_SCRAPE_INTERVAL_S:
+        return lambda text: f"last_over_time({text}[{step_s + LOOKBACK_S}s])"
+    return lambda text: text
+
+
+def scope_queries(scope: Scope, filters: Sequence[str], step_s: int = 1,
+                  recorded: bool = False) -> dict[str, str]:
     """PromQL per series name of `scope`; a name ending in `/uuid` is one series per device.
+
+    With `recorded`, the cluster's series are summed from the recording rules' series
+    instead of aggregated from every device's (the same aggregates: one definition).
 
     The last point lies up to a step after the request; where that can be beyond
     Prometheus' lookback from the latest scrape (steps of 4 minutes and more: 24 h, 7 d),
@@ -158,25 +184,16 @@ def scope_queries(scope: Scope, filters: Sequence[str], step_s: int = 1) -> dict
     (`last_over_time`), so that it holds the current values and no point falls between
     two scrapes.
     """
-    sel = selector(*filters)
-    if step_s > LOOKBACK_S - MAX_SCRAPE_INTERVAL_S:
-        plain = sel
+    plain, window = selector(*filters), _windowed(step_s)
 
-        def sel(name: str, *extra: str) -> str:
-            return f"last_over_time({plain(name, *extra)}[{step_s + LOOKBACK_S}s])"
+    def sel(name: str, *extra: str) -> str:
+        return window(plain(name, *extra))
 
     general = eq("task", m.TASK_GENERAL)
     if scope.kind == "cluster":
-        devices = f"count({sel(m.DEVICE_UP)})"
-        return {
-            "utilization": f"avg({sel(m.GPU_UTILIZATION, general)})",
-            "memory_used_bytes": f"sum({sel(m.MEMORY_USAGE)})",
-            "power_watts": f"sum({sel(m.POWER)})",
-            # zero where devices report and none is idle/down; absent where none reports
-            "idle_allocations": f"sum({sel(m.ALLOCATION_IDLE)} * {sel(m.ALLOCATION)}) "
-                                f"or {devices} * 0",
-            "devices_down": f"count({sel(m.DEVICE_UP)} == 0) or {devices} * 0",
-        }
+        if recorded:
+            return recorded_cluster_queries(lambda name: window(named(name, *filters)))
+        return raw_cluster_queries(sel)
     if scope.kind == "node":
         node = eq("ray_node_id", scope.key)
         return {
@@ -222,6 +239,7 @@ class PrometheusHistory:
         self.max_points = max_points
         self.filters = _filters(settings)
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
+        self._recorded: tuple[float, bool] = (-math.inf, False)  # (until, whether they exist)
 
     def grid(self, range_name: str, now: float) -> tuple[int, int, int]:
         """(start, end, step) in unix seconds on whole steps, `end` the first at or after
@@ -239,12 +257,15 @@ class PrometheusHistory:
 
         Raises PrometheusError when any query fails: a partial answer is not shown as whole.
         """
-        start, end, step = self.grid(range_name, time.time() if now is None else now)
-        queries = scope_queries(scope, self.filters, step)
+        now = time.time() if now is None else now
+        start, end, step = self.grid(range_name, now)
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
         try:
             async with asyncio.timeout(self.settings.timeout_s), aiohttp.ClientSession(
                     timeout=timeout, headers=list(self.settings.headers)) as session:
+                recorded = (scope.kind == "cluster" and range_name in RECORDED_RANGES
+                            and await self._has_recorded(session, now))
+                queries = scope_queries(scope, self.filters, step, recorded)
                 results = await asyncio.gather(*(
                     self._query_range(session, expr, start, end, step)
                     for expr in queries.values()))
@@ -256,7 +277,7 @@ class PrometheusHistory:
                                   f"{type(error).__name__}: {error}") from None
         count = (end - start) // step + 1
         body: dict[str, Any] = {"timestamps": [float(start + i * step) for i in range(count)],
-                                "step_s": step}
+                                "step_s": step, "recorded": recorded}
         try:
             for name, matrix in zip(queries, results, strict=True):
                 if name.endswith("/uuid"):
@@ -273,10 +294,25 @@ class PrometheusHistory:
                                   f"matrix ({type(error).__name__}: {error})") from None
         return body
 
+    async def _has_recorded(self, session: aiohttp.ClientSession, now: float) -> bool:
+        """Whether Prometheus holds the recording rules' series of this session and cluster
+        now: one instant query, remembered for RECORDED_CHECK_S (a failed one is not)."""
+        until, present = self._recorded
+        if until <= now:
+            check = f"group({named(record_name(PRESENCE_PART), *self.filters)})"
+            present = bool(await self._query(session, "query", {"query": check,
+                                                                "time": f"{now:.3f}"}, "vector"))
+            self._recorded = (now + RECORDED_CHECK_S, present)
+        return present
+
     async def _query_range(self, session: aiohttp.ClientSession, expr: str, start: int,
                            end: int, step: int) -> list[dict[str, Any]]:
-        url = f"{self.settings.url}/api/v1/query_range"
         form = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
+        return await self._query(session, "query_range", form, "matrix")
+
+    async def _query(self, session: aiohttp.ClientSession, path: str, form: dict[str, str],
+                     result_type: str) -> list[dict[str, Any]]:
+        url = f"{self.settings.url}/api/v1/{path}"
         async with self._slots, session.post(url, data=form) as reply:
             raw = await reply.content.read(MAX_ANSWER_BYTES + 1)
             if len(raw) > MAX_ANSWER_BYTES:
@@ -292,9 +328,9 @@ class PrometheusHistory:
             raise PrometheusError(f"Prometheus at {self.settings.url} refused a query (HTTP "
                                   f"{reply.status}): {str(detail)[:300]}")
         data = doc.get("data") or {}
-        if data.get("resultType") != "matrix":
+        if data.get("resultType") != result_type:
             raise PrometheusError(f"Prometheus at {self.settings.url} answered a "
-                                  f"{data.get('resultType')!r}, not a matrix")
+                                  f"{data.get('resultType')!r}, not a {result_type}")
         return data.get("result") or []
 
 
@@ -312,7 +348,8 @@ def _on_grid(entry: Mapping[str, Any], start: int, step: int,
 
 def _holds_values(body: Mapping[str, Any]) -> bool:
     """Whether any series of a Prometheus answer has a value (a node's devices included)."""
-    series = [v for k, v in body.items() if k not in ("timestamps", "step_s", "devices")]
+    series = [v for k, v in body.items()
+              if k not in ("timestamps", "step_s", "recorded", "devices")]
     series += [v for device in body.get("devices", {}).values() for v in device.values()]
     return any(value is not None for values in series for value in values)
 
@@ -377,7 +414,7 @@ class TabHistory:
                                 "prometheus_url": self.prometheus.settings.url, **body}
                     error = self._none_held()
         history = self._memory()
-        return {**meta, "source": "memory", "error": error,
+        return {**meta, "source": "memory", "error": error, "recorded": False,
                 **memory_series(history, scope.kind, scope.key, self._devices_of(scope.key)
                                 if scope.kind == "node" else ())}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from prometheus_server import PROMETHEUS, PrometheusServer, free_port
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import AgentTarget, Collector
 from ray_accel.dashboard_module.prometheus_history import (
+    RANGES,
     PrometheusHistory,
     PrometheusSettings,
     Scope,
@@ -35,6 +37,7 @@ from ray_accel.dashboard_module.prometheus_history import (
 )
 from ray_accel.dashboard_module.standalone import build_app
 from ray_accel.exporter import catalog as m
+from ray_accel.grafana.alerts import recording
 from ray_accel.grafana.promql import metric
 
 pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(),
@@ -257,6 +260,72 @@ def test_a_down_or_silent_prometheus_falls_back_to_memory_with_the_error(agents)
                for d in node["devices"].values())
     assert slow_status == 200 and late["source"] == "memory"
     assert late["error"] == f"Prometheus at {slow.settings.url} did not answer within 0.5 s"
+
+
+def _load_recording_rules(prom: PrometheusServer) -> None:
+    """Add the recording rules (evaluated every second, as the scrape) and reload."""
+    (prom.folder / "recording.yml").write_text(recording.render(interval_s=1.0))
+    config = json.loads(prom.config_path.read_text())
+    prom.config_path.write_text(json.dumps({**config, "rule_files": ["recording.yml"]}))
+    prom.process.send_signal(signal.SIGHUP)
+
+
+def _scrapes(prom: PrometheusServer, at: float) -> dict[float, float]:
+    """{scrape time: total power of this session's GPUs} from the raw samples."""
+    totals: dict[float, float] = {}
+    for series in _raw(prom, f'{metric(m.POWER)}{{SessionName="{THIS}"}}', at=at):
+        for stamp, text in series["values"]:
+            totals[float(stamp)] = totals.get(float(stamp), 0.0) + float(text)
+    return totals
+
+
+def test_the_cluster_reads_the_recorded_series_once_the_rules_run(prometheus):
+    long_points = RANGES["6h"] // 2  # a point every 2 s (Prometheus answers 11,000 at most)
+    before = _history(prometheus, points=long_points)
+    raw = asyncio.run(before.series(Scope("cluster"), "6h"))
+    asked_at = time.time()
+    assert raw["recorded"] is False and raw["step_s"] == 2
+    totals = _scrapes(prometheus, asked_at)
+    past = _settled(raw, asked_at, "power_watts")
+    checked = [(t, w) for t, w in zip(*past.values(), strict=True) if w is not None]
+    assert len(checked) >= 3
+    for at, watts in checked:  # without the rules: every device's series, summed
+        assert watts == pytest.approx(totals[max(s for s in totals if s <= at)], rel=1e-12)
+
+    _load_recording_rules(prometheus)
+    power = recording.record_name("power_watts")
+    prometheus.wait_until(lambda: any(len(series["values"]) >= 6 for series in _raw(
+        prometheus, f'{power}{{SessionName="{THIS}"}}')), "six evaluations of the recording rules")
+    ((status, answer),) = asyncio.run(_get_all(_api(_history(prometheus, points=long_points)),
+                                               {"range": "6h"}))
+    asked_at = time.time()
+    assert status == 200 and answer["source"] == "prometheus" and answer["recorded"] is True
+    # the first client checked before the rules ran and remembers it for minutes
+    assert asyncio.run(before.series(Scope("cluster"), "6h"))["recorded"] is False
+
+    def stored(part: str) -> list[list]:
+        (series,) = _raw(prometheus, f'{recording.record_name(part)}{{SessionName="{THIS}",'
+                                     f'ray_io_cluster="{CLUSTER}"}}', at=asked_at)
+        return series["values"]
+
+    past = _settled(answer, asked_at, "power_watts", "utilization", "devices_down")
+    recorded = {part: stored(part) for part in ("power_watts", "utilization_sum",
+                                                "utilization_count", "devices_down")}
+    shown = [i for i, w in enumerate(past["power_watts"]) if w is not None]
+    assert len(shown) >= 2
+    for i in shown:  # the tab's points are the recorded series' (the mean from sum and count)
+        at = past["timestamps"][i]
+        assert past["power_watts"][i] == _latest(recorded["power_watts"], at)
+        assert past["utilization"][i] == pytest.approx(
+            _latest(recorded["utilization_sum"], at) / _latest(recorded["utilization_count"],
+                                                                at), rel=1e-12)
+        assert past["devices_down"][i] == _latest(recorded["devices_down"], at) == 0.0
+    # each recorded value is the sum of every device's raw series at its evaluation: of
+    # the newest scrape then, or of the one before while the newest was still being written
+    totals = _scrapes(prometheus, asked_at)
+    for stamp, text in recorded["power_watts"]:
+        newest = sorted(s for s in totals if s <= float(stamp))[-2:]
+        assert any(float(text) == pytest.approx(totals[s], rel=1e-12) for s in newest)
 
 
 MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": []}}
