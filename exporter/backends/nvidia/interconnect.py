@@ -3,11 +3,11 @@
 What a link connects to is read once, when the device is discovered. A cycle
 then reads the device's link counters in one `nvmlDeviceGetFieldValues` call
 (each value carries its own status, so an unsupported counter costs only
-itself). The byte counters
-are read every cycle, or, where GPM measures every link's rate this cycle,
-only when due (counter_reads.py), and exported as last read in between with
-their age (the collective-stall detector then takes the links' rates from GPM's
-readings: exporter/collective.py). The NVLink error counters join
+itself). The byte counters are read every cycle, or, where GPM measures every
+link's rate this cycle, only when due (counter_reads.py: the PCIe ones alone
+where only their 32-bit wrap makes them due), and exported as last read in
+between with their age (the collective-stall detector then takes the links'
+rates from GPM's readings: exporter/collective.py). The NVLink error counters join
 the call, and the link states and the current PCIe link generation and width
 are read, on the device's slow cadence (cadence.py), and are exported as last
 read in between.
