@@ -6,7 +6,11 @@ job's series over 1 h, 6 h, 24 h or 7 d come from `/api/v1/query_range`, on a gr
 at most `max_points` whole steps (points stay in place from one refresh to the next),
 the last at or after the request. Every selector carries the Grafana boards' own
 `SessionName` and `Cluster` filters (grafana/promql.py), filled with this head's
-session and cluster. Answers are cached for a step (at most 30 s).
+session and cluster. Answers are cached for a step (at most 30 s). Over 6 h, 24 h and
+7 d the cluster's series are summed from the recording rules' series
+(grafana/alerts/recording.py) when Prometheus holds them for this session and cluster,
+which one instant query finds out every `RECORDED_CHECK_S`; else, and over 1 h, they are
+aggregated from every device's series by the same definitions.
 
 A Prometheus that is down, slow (`timeout_s`), answers an error or holds none of the
 series costs only that answer: `TabHistory` then serves the head's in-memory history

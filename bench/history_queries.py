@@ -1,0 +1,287 @@
+"""The cluster history's cost in a real Prometheus: every device's series against the recorded ones.
+
+Backfills a Prometheus TSDB (`promtool tsdb create-blocks-from openmetrics`) with N
+nodes x 8 devices of the series the cluster scope reads (general utilization, memory
+in use, power, device up, one allocation and its idle flag per device) over a window at
+one sample a minute, plus the recording rules' series (grafana/alerts/recording.py) at
+their 10 s interval, computed from the same values; then serves it with
+/usr/bin/prometheus and runs the tab's own cluster queries (`scope_queries`, on
+`PrometheusHistory.grid`) both ways: wall time of the five concurrent range queries,
+Prometheus' CPU time for them, and the samples it read (`stats=all`). Run by hand:
+
+    .venv/bin/python bench/history_queries.py --nodes 100 300 --window 1d
+
+It prints a Markdown table; its figures are in docs/benchmarks.md, section 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from ray_accel.dashboard_module.prometheus_history import (
+    RANGES,
+    PrometheusHistory,
+    PrometheusSettings,
+    Scope,
+    scope_queries,
+)
+from ray_accel.exporter import catalog as m
+from ray_accel.grafana.alerts.recording import INTERVAL_S, record_name
+from ray_accel.grafana.promql import duration, metric
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+SESSION, CLUSTER = "session_bench", "bench"
+DEVICES_PER_NODE = 8
+RAW_INTERVAL_S = 60
+REPEATS = 3
+
+
+def _device_values(device: int, tick: int) -> dict[str, float]:
+    """Deterministic readings of one device at one raw sample."""
+    return {"utilization": ((device * 7 + tick * 13) % 101) / 100,
+            "memory": float(((device * 3 + tick) % 80) * 10**9),
+            "power": 100.0 + (device * 11 + tick * 5) % 600,
+            "up": 0.0 if (device + tick) % 997 == 0 else 1.0,
+            "idle": 1.0 if (device + tick) % 5 == 0 else 0.0}
+
+
+def _families(devices: int, ticks: range, start: int) -> Iterator[str]:
+    """OpenMetrics text of the raw series, then of the recorded ones."""
+    scope = f'SessionName="{SESSION}",ray_io_cluster="{CLUSTER}"'
+    names = {"utilization": metric(m.GPU_UTILIZATION), "memory": metric(m.MEMORY_USAGE),
+             "power": metric(m.POWER), "up": metric(m.DEVICE_UP),
+             "idle": metric(m.ALLOCATION_IDLE)}
+    labels = [f'{scope},ray_node_id="n{d // DEVICES_PER_NODE:05d}",uuid="GPU-{d:06d}"'
+              for d in range(devices)]
+    for key, name in names.items():
+        extra = ',task="general"' if key == "utilization" else ',pid="4000"' * (key == "idle")
+        yield f"# TYPE {name} gauge\n"
+        for tick in ticks:
+            at = start + tick * RAW_INTERVAL_S
+            yield "".join(f"{name}{{{labels[d]}{extra}}} {_device_values(d, tick)[key]!r} {at}\n"
+                          for d in range(devices))
+    allocation = metric(m.ALLOCATION)
+    yield f"# TYPE {allocation} gauge\n"
+    for tick in ticks:
+        at = start + tick * RAW_INTERVAL_S
+        yield "".join(f'{allocation}{{{labels[d]},pid="4000"}} 1.0 {at}\n' for d in range(devices))
+    yield from _recorded(devices, ticks, start, scope)
+
+
+def _recorded(devices: int, ticks: range, start: int, scope: str) -> Iterator[str]:
+    per_tick = []
+    for tick in ticks:
+        values = [_device_values(d, tick) for d in range(devices)]
+        per_tick.append({
+            "utilization_sum": sum(v["utilization"] for v in values),
+            "utilization_count": float(devices),
+            "memory_used_bytes": sum(v["memory"] for v in values),
+            "power_watts": sum(v["power"] for v in values),
+            "idle_allocations": sum(v["idle"] for v in values),
+            "devices_down": float(sum(v["up"] == 0 for v in values))})
+    evaluations = RAW_INTERVAL_S // round(INTERVAL_S)
+    for part in per_tick[0]:
+        name = record_name(part)
+        yield f"# TYPE {name} gauge\n"
+        for tick, parts in zip(ticks, per_tick, strict=True):
+            yield "".join(f"{name}{{{scope}}} {parts[part]!r} "
+                          f"{start + tick * RAW_INTERVAL_S + i * round(INTERVAL_S)}\n"
+                          for i in range(evaluations))
+
+
+def backfill(folder: Path, nodes: int, window_s: int, end: int) -> tuple[Path, int]:
+    """A TSDB under `folder` holding `nodes` x 8 devices over `window_s` up to `end`;
+    returns its path and the raw sample count."""
+    devices = nodes * DEVICES_PER_NODE
+    ticks = range(window_s // RAW_INTERVAL_S + 1)
+    start = end - (len(ticks) - 1) * RAW_INTERVAL_S
+    text = folder / "input.om"
+    with text.open("w") as out:
+        for chunk in _families(devices, ticks, start):
+            out.write(chunk)
+        out.write("# EOF\n")
+    tsdb = folder / "tsdb"
+    subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics",
+                    "--max-block-duration=24h", str(text), str(tsdb)],
+                   check=True, capture_output=True, timeout=3600)
+    text.unlink()
+    return tsdb, devices * 6 * len(ticks)
+
+
+class Served:
+    """Prometheus on a backfilled TSDB, on a free port; stopped by pid."""
+
+    def __init__(self, tsdb: Path, folder: Path) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = folder / "prometheus.yml"
+        config.write_text("global: {scrape_interval: 1m}\n")
+        self.process = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
+             "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{self.port}",
+             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("Prometheus did not start on the backfilled TSDB")
+
+    def cpu_s(self) -> float:
+        """Prometheus' CPU time so far (user + system), from /proc."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+async def _timed(served: Served, history: PrometheusHistory, range_name: str,
+                 recorded: bool, now: float) -> dict[str, Any]:
+    """One cluster history's five range queries, concurrent as the tab runs them."""
+    start, end, step = history.grid(range_name, now)
+    queries = scope_queries(Scope("cluster"), history.filters, step, recorded)
+    url = f"{served.url}/api/v1/query_range"
+
+    async def one(session: aiohttp.ClientSession, expr: str) -> dict[str, Any]:
+        form = {"query": expr, "start": str(start), "end": str(end), "step": str(step),
+                "stats": "all"}
+        async with session.post(url, data=form) as reply:
+            return json.loads(await reply.read())
+
+    cpu, began = served.cpu_s(), time.perf_counter()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        answers = await asyncio.gather(*(one(session, q) for q in queries.values()))
+    wall, cpu = time.perf_counter() - began, served.cpu_s() - cpu
+    errors = [a.get("error", "") for a in answers if a.get("status") != "success"]
+    samples = sum(a["data"].get("stats", {}).get("samples", {}).get("totalQueryableSamples", 0)
+                  for a in answers if a.get("status") == "success")
+    return {"wall_s": wall, "cpu_s": cpu, "samples": samples, "errors": errors}
+
+
+def measure(served: Served, range_name: str, now: float) -> dict[str, Any]:
+    """Raw and recorded, alternated, REPEATS times each; medians."""
+    history = PrometheusHistory(PrometheusSettings(served.url, session_name=SESSION,
+                                                   cluster=CLUSTER, timeout_s=60))
+    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for _ in range(REPEATS):
+        for recorded in (False, True):
+            runs[recorded].append(asyncio.run(_timed(served, history, range_name, recorded,
+                                                     now)))
+    found = {}
+    for recorded, done in runs.items():
+        found["recorded" if recorded else "raw"] = {
+            "wall_s": statistics.median(r["wall_s"] for r in done),
+            "cpu_s": statistics.median(r["cpu_s"] for r in done),
+            "samples": done[-1]["samples"], "errors": done[-1]["errors"]}
+    return found
+
+
+def agree(served: Served, range_name: str, now: float) -> dict[str, Any]:
+    """The tab's own answer (PrometheusHistory.series): whether it read the recorded series,
+    and the largest relative difference from the raw answer on the same grid."""
+    history = PrometheusHistory(PrometheusSettings(served.url, session_name=SESSION,
+                                                   cluster=CLUSTER, timeout_s=60))
+    answer = asyncio.run(history.series(Scope("cluster"), range_name, now))
+    raw = asyncio.run(_values(served, history, range_name, now))
+    worst = 0.0
+    for name, values in raw.items():
+        for a, b in zip(answer[name], values, strict=True):
+            if a is not None and b is not None:
+                worst = max(worst, abs(a - b) / max(abs(b), 1e-12))
+    return {"tab_recorded": answer["recorded"], "max_rel_diff": worst}
+
+
+async def _values(served: Served, history: PrometheusHistory, range_name: str,
+                  now: float) -> dict[str, list[float | None]]:
+    start, end, step = history.grid(range_name, now)
+    count = (end - start) // step + 1
+    found = {}
+    async with aiohttp.ClientSession() as session:
+        for name, expr in scope_queries(Scope("cluster"), history.filters, step).items():
+            form = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
+            async with session.post(f"{served.url}/api/v1/query_range", data=form) as reply:
+                result = (await reply.json())["data"]["result"]
+            values: list[float | None] = [None] * count
+            for at, text in result[0]["values"] if result else ():
+                values[round((float(at) - start) / step)] = float(text)
+            found[name] = values
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100, 300])
+    parser.add_argument("--window", default="1d", help="how much history to backfill (1d)")
+    parser.add_argument("--ranges", nargs="+", default=["6h", "24h"], choices=list(RANGES))
+    args = parser.parse_args()
+    from ray_accel.grafana.promql import parse_duration
+
+    window_s = int(parse_duration(args.window))
+    print(f"load before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", file=sys.stderr)
+    rows = []
+    for nodes in args.nodes:
+        with tempfile.TemporaryDirectory(prefix="history-bench-") as folder:
+            now = time.time()
+            end = int(now // RAW_INTERVAL_S) * RAW_INTERVAL_S
+            began = time.perf_counter()
+            tsdb, samples = backfill(Path(folder), nodes, window_s, end)
+            built = time.perf_counter() - began
+            served = Served(tsdb, Path(folder))
+            try:
+                for range_name in args.ranges:
+                    figures = measure(served, range_name, now)
+                    check = agree(served, range_name, now)
+                    rows.append((nodes, range_name, samples, built, figures, check))
+                    print(json.dumps({"nodes": nodes, "range": range_name, "samples": samples,
+                                      "backfill_s": round(built, 1), **figures, **check}),
+                          file=sys.stderr, flush=True)
+            finally:
+                served.stop()
+    print(f"load after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    print(f"| Nodes x 8 devices | Backfilled ({duration(window_s)} at 60 s) | Range | "
+          "Raw: wall / Prometheus CPU / samples read | Recorded: wall / CPU / samples read | "
+          "Tab read recorded |")
+    print("|---|---|---|---|---|---|")
+    for nodes, range_name, samples, _, figures, check in rows:
+        raw, recorded = figures["raw"], figures["recorded"]
+        cells = [f"{f['wall_s'] * 1000:.0f} ms / {f['cpu_s'] * 1000:.0f} ms / "
+                 f"{f['samples']:,}" + (f" ({f['errors'][0][:60]})" if f["errors"] else "")
+                 for f in (raw, recorded)]
+        print(f"| {nodes:,} x 8 | {samples:,} raw samples | {range_name} | {cells[0]} | "
+              f"{cells[1]} | {check['tab_recorded']} (max rel. diff "
+              f"{check['max_rel_diff']:.1e}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
