@@ -4,7 +4,8 @@ It reads both discovery files of the demo's Ray session (Ray's own
 `prom_metrics_service_discovery.json` and the agents' file next to it,
 exporter/cluster/sd_file.py), loads the generated alert rules with demo
 thresholds short enough for the idle-allocation alert to fire within about a
-minute of the idle actor starting, and keeps its data in a folder of the demo's.
+minute of the idle actor starting, and the recording rules the tab's long ranges
+read, and keeps its data in a folder of the demo's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 from ray._common.network_utils import find_free_port
 
 from ..exporter.cluster.sd_file import default_path, scrape_job
+from ..grafana.alerts import recording
 from ..grafana.alerts.rules import AlertConfig, groups
 from ..grafana.alerts.rules_file import render
 from ..grafana.thresholds import Thresholds
@@ -31,6 +33,7 @@ SCRAPE_INTERVAL = "5s"
 # Production waits 15 minutes before calling a held device idle; the demo cannot.
 DEMO_THRESHOLDS = {"idle_allocation_for": "30s"}
 RULES_FILE = "ray-accel-alerts.yml"
+RECORDING_FILE = "ray-accel-recording.yml"  # what the tab reads over 6 h and longer
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 MISSING = ("Prometheus is not installed (Debian's prometheus package; tools/system-deps.sh "
@@ -56,7 +59,7 @@ def demo_config(session_dir: Path) -> dict:
     agent's /metrics is open) through the session's discovery files."""
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
-        "rule_files": [RULES_FILE],
+        "rule_files": [RULES_FILE, RECORDING_FILE],
         "scrape_configs": [
             {"job_name": "ray",
              "file_sd_configs": [{"files": [str(session_dir / RAY_DISCOVERY_FILE)]}]},
@@ -86,6 +89,7 @@ class DemoPrometheus:
         """Write the configuration and rules, and start the server (not waiting for it)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / RULES_FILE).write_text(demo_rules())
+        (self.folder / RECORDING_FILE).write_text(recording.render())
         config = self.folder / "prometheus.yml"
         config.write_text(yaml.safe_dump(demo_config(self.session_dir), sort_keys=False))
         with self.log_path.open("w") as log:
