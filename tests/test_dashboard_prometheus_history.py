@@ -372,6 +372,39 @@ def test_prometheus_errors_and_headers_reach_the_answer(status, answer, words):
     assert seen and all(h["Authorization"] == "Bearer x" and h["X-Org"] == "7" for h in seen)
 
 
+def test_whether_the_recorded_series_exist_is_asked_once_and_remembered():
+    asked: list[tuple[str, str]] = []
+
+    async def fake_prometheus(request: web.Request) -> web.Response:
+        form = await request.post()
+        asked.append((request.path.rsplit("/", 1)[1], form["query"]))
+        if request.path.endswith("/query"):  # the check: the recorded series are there
+            return web.json_response({"status": "success", "data": {
+                "resultType": "vector", "result": [{"metric": {}, "value": [form["time"], "1"]}]}})
+        return web.json_response({"status": "success", "data": {"resultType": "matrix",
+                                  "result": [{"metric": {}, "values": [[form["end"], "2"]]}]}})
+
+    async def scenario() -> list[dict]:
+        app = web.Application()
+        app.router.add_post("/api/v1/query", fake_prometheus)
+        app.router.add_post("/api/v1/query_range", fake_prometheus)
+        async with TestServer(app) as server:
+            history = PrometheusHistory(PrometheusSettings(str(server.make_url("")),
+                                                           session_name="s1"))
+            return [await history.series(Scope("cluster"), name) for name in ("24h", "7d", "1h")]
+
+    day, week, hour = asyncio.run(scenario())
+    checks = [query for path, query in asked if path == "query"]
+    assert checks == ['group(ray_accel_cluster:ray_accelerator_device_up:count_down'
+                      '{SessionName=~"s1",ray_io_cluster=~".*"})']
+    ranges = [query for path, query in asked if path == "query_range"]
+    assert len(ranges) == 15
+    assert all("ray_accel_cluster:" in q and "hw_power_watts{" not in q for q in ranges[:10])
+    assert not any("ray_accel_cluster:" in q for q in ranges[10:])  # 1 h: the devices' own
+    assert day["recorded"] and week["recorded"] and not hour["recorded"]
+    assert day["power_watts"][-1] == 2.0
+
+
 def test_unusable_settings_and_bad_requests_change_nothing():
     history, error = configured({"RAY_PROMETHEUS_HOST": "http://p:9090",
                                  "RAY_PROMETHEUS_HEADERS": '{"a": 1}'})
