@@ -1315,8 +1315,8 @@ static struct nvmlDevice_st g_mig_handles[MAX_DEVICES][MAX_MIG];
 static struct nvmlEventSet_st *g_sets;
 
 /* A thread inside nvmlEventSetWait, woken through its eventfd when what it waits on changes
- * (a set freed, a device registered, nvmlShutdown, the state file reloaded). The list is
- * guarded by g_lock. */
+ * (a set freed, a device registered, nvmlShutdown, or a change of the state file that
+ * another waiter took from the shared inotify instance). The list is guarded by g_lock. */
 typedef struct event_waiter {
     struct event_waiter *next;
     int wake_fd; /* eventfd, or -1 */
