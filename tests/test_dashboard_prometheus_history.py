@@ -282,8 +282,8 @@ def _scrapes(prom: PrometheusServer, at: float) -> dict[float, float]:
 def test_the_cluster_reads_the_recorded_series_once_the_rules_run(prometheus):
     long_points = RANGES["6h"] // 2  # a point every 2 s (Prometheus answers 11,000 at most)
     before = _history(prometheus, points=long_points)
-    raw = asyncio.run(before.series(Scope("cluster"), "6h"))
     asked_at = time.time()
+    raw = asyncio.run(before.series(Scope("cluster"), "6h"))
     assert raw["recorded"] is False and raw["step_s"] == 2
     totals = _scrapes(prometheus, asked_at)
     past = _settled(raw, asked_at, "power_watts")
@@ -296,9 +296,9 @@ def test_the_cluster_reads_the_recorded_series_once_the_rules_run(prometheus):
     power = recording.record_name("power_watts")
     prometheus.wait_until(lambda: any(len(series["values"]) >= 6 for series in _raw(
         prometheus, f'{power}{{SessionName="{THIS}"}}')), "six evaluations of the recording rules")
+    asked_at = time.time()
     ((status, answer),) = asyncio.run(_get_all(_api(_history(prometheus, points=long_points)),
                                                {"range": "6h"}))
-    asked_at = time.time()
     assert status == 200 and answer["source"] == "prometheus" and answer["recorded"] is True
     # the first client checked before the rules ran and remembers it for minutes
     assert asyncio.run(before.series(Scope("cluster"), "6h"))["recorded"] is False
