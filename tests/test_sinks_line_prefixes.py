@@ -25,7 +25,7 @@ def _with_processes(snapshot, pids):
 
 def _changing_snapshots():
     """Cycle after cycle: new values, processes replaced, a node label added with characters
-    that need escaping, then taken away again, a device gone."""
+    that need escaping, then taken away again, one renamed, a device gone."""
     base = sample_snapshot()
     yield base
     yield replace(base, cycle=8, taken_at=base.taken_at + 1, cycle_duration_s=0.25)
@@ -33,7 +33,8 @@ def _changing_snapshots():
     yield _with_processes(replace(base, cycle=10), [13, 14])
     yield replace(base, cycle=11, node_labels={"simulated": "true", "zone": 'a"b\\c\nd'})
     yield replace(base, cycle=12)
-    yield replace(base, cycle=13, devices=base.devices[1:])
+    yield replace(base, cycle=13, node_labels={"hostname": "true"})  # same values, new name
+    yield replace(base, cycle=14, devices=base.devices[1:])
 
 
 def test_a_kept_renderer_writes_what_a_fresh_one_writes_in_both_formats():

@@ -23,7 +23,7 @@ class LinePrefixes:
 
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = limit
-        self._families: dict[str, Prefixes] = {}
+        self._families: dict[tuple[str, ...], Prefixes] = {}
         self._held = 0
 
     def __len__(self) -> int:
@@ -34,9 +34,10 @@ class LinePrefixes:
         """Counts what is kept before a render hands out families."""
         self._held = len(self)
 
-    def family(self, name: str, series: int) -> Prefixes:
-        """The kept prefixes of family `name`, which has `series` series in this render; the
-        render adds those it lacks. Beyond the limit: an empty dict that is not kept."""
+    def family(self, name: tuple[str, ...], series: int) -> Prefixes:
+        """The kept prefixes of a family, named by its sample name and label names (the
+        prefixes' keys are only the label values), which has `series` series in this render;
+        the render adds those it lacks. Beyond the limit: an empty dict that is not kept."""
         kept = self._families.get(name)
         if kept is not None and len(kept) > 2 * series + 16:
             self._held -= len(kept)

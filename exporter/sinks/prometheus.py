@@ -89,7 +89,7 @@ def series_text(series: SnapshotSeries, prefixes: LinePrefixes | None = None,
         sample_name, header = header_of(spec)
         out.append(header)
         _rows_text(out, sample_name, names, rows, series.plain,
-                   prefixes.family(sample_name, len(rows)))
+                   prefixes.family((sample_name, *names), len(rows)))
     return "".join(out).encode()
 
 
