@@ -6,10 +6,11 @@ The rules against a live agent are in test_grafana_prometheus.py.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import yaml
 from board_queries import THRESHOLDS
 
 from ray_accel.exporter.backends.nvidia.probes import THROTTLE_REASONS
+from ray_accel.exporter.cli import main as cli_main
 from ray_accel.grafana import generate
 from ray_accel.grafana.alerts import rules as alert_rules
 from ray_accel.grafana.alerts.rules import AlertConfig, all_rules, groups
@@ -41,8 +43,14 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "grafana", *args],
-                          capture_output=True, text=True, timeout=120)
+    """`ray-accel grafana ARGS`, in this process: its exit status and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = cli_main(["grafana", *args])
+        except SystemExit as leaving:
+            status = leaving.code
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
 
 
 @needs_promtool
