@@ -19,7 +19,7 @@ from .catalog import SLOW_READ_INTERVAL_S
 from .cli_args import RESERVED_LABELS, bounded_number, label_pair
 from .config import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, AgentConfig
 from .exposure import ExposureError, add_exposure_arguments, exposure_settings
-from .heap import limit_malloc_arenas
+from .heap import tune_malloc
 from .record import command as record_command
 from .serving import raise_open_file_limit
 
@@ -162,7 +162,7 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                          exposure=exposure_settings(args),
                          **agent_options(args, parser), **transfer_options(args))
     raise_open_file_limit()
-    limit_malloc_arenas()
+    tune_malloc()
     try:
         with terminate_as_interrupt():
             agent = Agent(config)

@@ -4,8 +4,9 @@ glibc keeps memory the agent has freed in its arenas, by default one more for
 each thread that allocates (up to eight per core); with a worker thread per
 device and snapshots replaced every cycle, each arena holds free space of its
 own and the resident size moves by a few MiB although nothing leaks.
-`limit_malloc_arenas` caps them before the threads start; `malloc_trim(0)`
-returns the free pages now and then. Where the C library has neither (musl),
+`limit_malloc_arenas` caps them before the threads start, `fix_mmap_threshold`
+keeps large blocks out of them; `malloc_trim(0)` returns the free pages now and
+then. Where the C library has neither (musl),
 both do nothing.
 """
 
@@ -33,22 +34,46 @@ def _malloc_trim() -> Callable[[], object] | None:
 #: The main arena and one that every other thread shares: the agent's threads spend
 #: most of their time waiting, so they rarely contend for it.
 AGENT_MALLOC_ARENAS = 2
-_M_ARENA_MAX = -8  # mallopt's parameter number in glibc's malloc.h
+#: Blocks from this size up (/metrics bodies, JSON documents, compression buffers) are
+#: mapped on their own and unmapped when freed. glibc raises its threshold to the size of
+#: the largest such block freed, after which they come from the arenas and leave holes
+#: the next cycle's differently sized ones do not fit.
+AGENT_MMAP_THRESHOLD_BYTES = 128 * 1024
+# mallopt's parameter numbers in glibc's malloc.h, and the variables that set them
+_M_ARENA_MAX, _M_MMAP_THRESHOLD = -8, -3
+_ENVIRONMENT = {_M_ARENA_MAX: "MALLOC_ARENA_MAX", _M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_"}
 
 
-def limit_malloc_arenas(arenas: int = AGENT_MALLOC_ARENAS) -> bool:
-    """Caps glibc's malloc arenas at `arenas` (as MALLOC_ARENA_MAX does); must run before
-    the threads it should cover allocate. False where the C library cannot, or where
-    MALLOC_ARENA_MAX is set (the operator's choice stands)."""
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return False
+def _mallopt(parameter: int, value: int) -> bool:
+    if _ENVIRONMENT[parameter] in os.environ:
+        return False  # the operator's choice stands
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return mallopt(_M_ARENA_MAX, arenas) == 1
+    return mallopt(parameter, value) == 1
+
+
+def limit_malloc_arenas(arenas: int = AGENT_MALLOC_ARENAS) -> bool:
+    """Caps glibc's malloc arenas at `arenas` (as MALLOC_ARENA_MAX does); must run before
+    the threads it should cover allocate. False where the C library cannot, or where
+    MALLOC_ARENA_MAX is set (the operator's choice stands)."""
+    return _mallopt(_M_ARENA_MAX, arenas)
+
+
+def fix_mmap_threshold(size: int = AGENT_MMAP_THRESHOLD_BYTES) -> bool:
+    """Maps blocks of `size` bytes and more on their own, always (as MALLOC_MMAP_THRESHOLD_
+    does, which turns glibc's raising of the threshold off). False where the C library
+    cannot, or where MALLOC_MMAP_THRESHOLD_ is set."""
+    return _mallopt(_M_MMAP_THRESHOLD, size)
+
+
+def tune_malloc() -> None:
+    """The agent's malloc settings: capped arenas and a fixed mmap threshold."""
+    limit_malloc_arenas()
+    fix_mmap_threshold()
 
 
 class HeapTrimmer:
