@@ -30,6 +30,7 @@ from collection import (
     real_gpu_report,
     with_collection_rerun,
 )
+from hand_notes import kept_notes
 from measure import REPEATS, target_line
 from scrape import scrape, scrape_section
 
@@ -57,6 +58,8 @@ AGGREGATION_SUMMARIES_BEFORE = {
     100: ("3.00 / 3.01 s", "0.23 s", "+6 MiB", "4.1 / 9.75 / 53.2 ms"),
     1000: ("3.15 / 3.18 s", "0.73 s", "+40 MiB", "2.9 / 6.03 / 26.5 ms"),
     10_000: ("4.61 / 8.00 s, first 18.4 s", "4.12 s", "+442 MiB", "22.8 / 82.5 / 90.9 ms")}
+
+AGGREGATION_HEADING = "## 5. Cluster aggregation"
 
 
 def aggregation(results: dict) -> None:
@@ -197,7 +200,10 @@ def aggregation_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def report(results: dict) -> str:
+def report(results: dict, previous: str = "") -> str:
+    """The whole document from `results`, keeping what a person wrote into `previous`'s
+    section 5 (hand_notes.py)."""
+    aggregation_notes, aggregation_after = kept_notes(previous, AGGREGATION_HEADING)
     lines = [
         "# Benchmarks",
         "",
@@ -215,7 +221,7 @@ def report(results: dict) -> str:
         *collection_section(results),
         *scrape_section(results),
         *footprint_sections(results),
-        "## 5. Cluster aggregation",
+        AGGREGATION_HEADING,
         "",
         "The dashboard module (collector and API, through the standalone dashboard's HTTP",
         "stack) over N simulated 8-GPU nodes: copies of one snapshot of the simulated node",
@@ -247,8 +253,10 @@ def report(results: dict) -> str:
         "first one (median / max); the last "
         "column is the collector that pulled every full snapshot each round.",
         "",
+        *aggregation_notes,
         *aggregation_lines(results["aggregation"]),
         "",
+        *aggregation_after,
         "## 6. Scrapes under slow clients",
         "",
         "`ray-accel agent` on the simulated node, scraped every 0.25 s over one kept-alive",
@@ -336,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     aggregation(results)
     slow_clients(results)
     agent_process(results, hardware, args.cycles)
-    args.out.write_text(report(results))
+    previous = args.out.read_text() if args.out.exists() else ""
+    args.out.write_text(report(results, previous))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
