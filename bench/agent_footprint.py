@@ -338,8 +338,11 @@ FINDINGS = [
     "11 minutes that took the agent from 57.0 to 50.0-50.7 MiB standalone and from 75.7 "
     "to 68.4-68.7 MiB with Ray (the same day's runs before and after). One malloc arena "
     "instead of one per thread (`MALLOC_ARENA_MAX=1`) made no difference at 11 minutes "
-    "(51.96 against 51.91 MiB standalone, 68.57 against 68.70 MiB with Ray), so it is not "
-    "set.",
+    "(51.96 against 51.91 MiB standalone, 68.57 against 68.70 MiB with Ray), so it was "
+    "not set then; under churn the default twelve arenas later held 5-6 MiB of free space "
+    "against 2-3 MiB with two, and the agent now caps them at two and fixes glibc's mmap "
+    "threshold at 128 KiB before its threads start (exporter/heap.py; an operator's "
+    "`MALLOC_ARENA_MAX` or `MALLOC_MMAP_THRESHOLD_` stands).",
     "",
     "Since then (2026-12-01, the same day): the agent serves HTTP through its own server "
     "(exporter/httpd/), not aiohttp; it writes /metrics itself (exporter/sinks/exposition.py, "
@@ -365,7 +368,9 @@ FINDINGS = [
     "between 14.3 and 15.6 MiB and 6.9 MiB of them in use throughout: there, what moves "
     "is the allocator's free space between trims. Those runs had no HTTP server; the "
     "agent process below (its server answering /healthz every 0.5 s and /metrics every "
-    "10 cycles) is not explained by them when it grows by more.",
+    "10 cycles) is not explained by them when it grows by more. The server is not it: "
+    "9,000 closed connections and 3,000 /metrics answers in one process left no "
+    "connection, timer or task and the traced heap within 10 KiB.",
     "",
     "Where the CPU goes at 1 s (CPU time of each thread of the running standalone agent "
     "from /proc/PID/task, threads named by `py-spy dump`; the agent with this round's "
