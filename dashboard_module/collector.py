@@ -48,7 +48,7 @@ from .aggregate import (
     prepare_parts,
 )
 from .batch_parse import BatchParser
-from .heatmap_columns import columns_gzip
+from .heatmap_columns import columns_body, columns_gzip
 from .history import History
 from .json_decode import decode
 from .new_nodes import NewNodes
@@ -158,13 +158,15 @@ class Collector:
                  fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
                  history_s: float = DEFAULT_HISTORY_S, max_in_flight: int = MAX_IN_FLIGHT,
                  token: Callable[[], str | None] = client_token,
-                 spread: float = DEFAULT_SPREAD) -> None:
+                 spread: float = DEFAULT_SPREAD, gzip_columns: bool = True) -> None:
         """`token` gives the token presented to agents (default: Ray's cluster token);
-        `spread` is the share of the refresh interval the round's fetches start within."""
+        `spread` is the share of the refresh interval the round's fetches start within;
+        `gzip_columns`: each view's columns form is gzipped too, for the API to send."""
         if not 0.0 <= spread < 1.0:
             raise ValueError(f"spread must be at least 0 and below 1, got {spread}")
         self.discover = discover
         self.token = token
+        self.gzip_columns = gzip_columns
         self.refresh_s = refresh_s
         self.fetch_timeout_s = fetch_timeout_s
         self.max_in_flight = max_in_flight
@@ -323,7 +325,7 @@ class Collector:
         with _handing_over_often():
             view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
                               self._transfer_devices)
-            columns_gzip(view, _let_the_loop_run)
+            self._encode_columns(view)
         return view
 
     def _build(self, nodes: list[NodeState]) -> ClusterView:
@@ -335,8 +337,11 @@ class Collector:
             view = build_view(nodes, self.refresh_s, None, self._parts, _let_the_loop_run,
                               self._transfer_devices)
             self.history.stage(view.generated_at, history_values(view), _let_the_loop_run)
-            columns_gzip(view, _let_the_loop_run)
+            self._encode_columns(view)
         return view
+
+    def _encode_columns(self, view: ClusterView) -> None:
+        (columns_gzip if self.gzip_columns else columns_body)(view, _let_the_loop_run)
 
     def _track(self, targets: Sequence[AgentTarget]) -> None:
         wanted = {t.node_id: t for t in targets if t.node_id}

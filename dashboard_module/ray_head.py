@@ -54,7 +54,8 @@ class RayAccelAccelerators(SubprocessModule):
             injected("run")
             refresh = float(os.environ.get(REFRESH_VARIABLE) or DEFAULT_REFRESH_S)
             collector = Collector(registry_discovery(self.gcs_address),
-                                  refresh_s=min(max(refresh, 0.2), 3600.0))
+                                  refresh_s=min(max(refresh, 0.2), 3600.0),
+                                  gzip_columns=False)  # (api.py: why not inside Ray)
             # Ray's RAY_PROMETHEUS_HOST / _HEADERS, scoped to this session's series.
             prometheus, prometheus_error = configured(os.environ, self.session_name)
             self._api = AcceleratorsApi(collector, "ray", ray_dashboard_url="/",
