@@ -131,10 +131,6 @@ class AcceleratorsApi:
         self.tab_history = TabHistory(lambda: collector.history, self._device_uuids,
                                       prometheus, prometheus_error)
         self.host = host  # "ray" or "standalone"
-        # Ray's dashboard proxies a subprocess module's answers through an aiohttp client
-        # that inflates a gzip body but passes its Content-Encoding on, which the browser
-        # then fails to decode: inside Ray, bodies go out as they are.
-        self.gzip_bodies = host != "ray"
         self.ray_dashboard_url = ray_dashboard_url
         self.static_dir = static_dir
         self.started_error = ""  # set when the host could not start the collector
@@ -224,7 +220,8 @@ class AcceleratorsApi:
         view = self._view()
         if form == "columns":
             headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
-            if self.gzip_bodies and accepts_gzip(request.headers.get("Accept-Encoding")):
+            if (self.collector.gzip_columns
+                    and accepts_gzip(request.headers.get("Accept-Encoding"))):
                 return web.Response(body=columns_gzip(view), content_type="application/json",
                                     headers={**headers, "Content-Encoding": "gzip"})
             return web.Response(body=columns_body(view), content_type="application/json",

@@ -53,9 +53,12 @@ class RayAccelAccelerators(SubprocessModule):
 
             injected("run")
             refresh = float(os.environ.get(REFRESH_VARIABLE) or DEFAULT_REFRESH_S)
+            # Ray's dashboard proxies a subprocess module's answers through an aiohttp
+            # client that inflates a gzip body but passes its Content-Encoding on, which
+            # the browser then fails to decode: inside Ray, bodies go out as they are.
             collector = Collector(registry_discovery(self.gcs_address),
                                   refresh_s=min(max(refresh, 0.2), 3600.0),
-                                  gzip_columns=False)  # (api.py: why not inside Ray)
+                                  gzip_columns=False)
             # Ray's RAY_PROMETHEUS_HOST / _HEADERS, scoped to this session's series.
             prometheus, prometheus_error = configured(os.environ, self.session_name)
             self._api = AcceleratorsApi(collector, "ray", ray_dashboard_url="/",
