@@ -15,7 +15,15 @@ from importlib.metadata import version
 import pynvml
 from cycle_profile import driver_time_lines, python_by_source, python_lines, simulated_costs
 from gpm_cost import driver_share_lines, gpm_lines, without_driver_cost, without_gpm
-from measure import PROFILED_CYCLES, REPEATS, measure, ray_version, spread, target_line
+from measure import (
+    PROFILED_CYCLES,
+    REPEATS,
+    measure,
+    ray_version,
+    spread,
+    target_line,
+    with_section,
+)
 from nvml_calls import NvmlCallLog
 
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
@@ -186,10 +194,8 @@ COLLECTION_TARGET_PREFIX = ": per-cycle CPU"
 
 def with_collection_rerun(document: str, results: dict, note: str) -> str:
     """`document` (a report) with section 1 and its target lines from `results`."""
-    lines = document.split("\n")
-    start = lines.index("## 1. Collection cost per sampling cycle")
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
-    lines[start:end] = collection_section(results, note)
+    lines = with_section(document.split("\n"), "## 1. Collection cost per sampling cycle",
+                         collection_section(results, note))
     targets_at = lines.index("## Against the targets") + 2
     kept = [i for i, line in enumerate(lines)
             if i >= targets_at and line.startswith("- ") and COLLECTION_TARGET_PREFIX in line]

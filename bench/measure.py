@@ -38,6 +38,14 @@ def spread(values: list[float], scale: float = 1e3, unit: str = "ms") -> str:
             f"({min(values) * scale:.3g}-{max(values) * scale:.3g})")
 
 
+def with_section(lines: list[str], heading: str, section: list[str]) -> list[str]:
+    """`lines` (a report's) with the section opening with the line `heading`, up to the
+    next `## ` heading, replaced by `section`."""
+    start = lines.index(heading)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    return [*lines[:start], *section, *lines[end:]]
+
+
 def target_line(ok: bool, text: str) -> str:
     return f"- {'met' if ok else 'MISSED'}: {text}."
 

@@ -30,7 +30,7 @@ from collection import (
     real_gpu_report,
     with_collection_rerun,
 )
-from hand_notes import kept_notes
+from hand_notes import RERUN_NOTE, kept_notes
 from measure import REPEATS, target_line
 from scrape import scrape, scrape_section
 
@@ -308,7 +308,7 @@ def collection_main(out: Path) -> int:
     results: dict = {}
     collection(results)
     collection_without_gpm(results, hardware)
-    note = (f"This section was rerun on its own (`python bench/run.py --section collection`, "
+    note = (f"{RERUN_NOTE} (`python bench/run.py --section collection`, "
             f"{time.strftime('%Y-%m-%d', time.gmtime())}, load average {load:.1f} at its "
             "start), not with the whole `make bench`; the other sections are from their runs.")
     out.write_text(with_collection_rerun(out.read_text(), results, note))

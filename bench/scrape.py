@@ -1,7 +1,7 @@
 """Section 2 of the benchmarks: rendering /metrics from a snapshot, at 1k to 100k series.
 
 `python bench/scrape.py` reruns this section alone and rewrites it in
-docs/benchmarks.md (its target line is the lead's list's).
+docs/benchmarks.md; unlike section 1's rerun, it leaves "Against the targets" as it is.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from measure import measure, spread
+from hand_notes import RERUN_NOTE
+from measure import measure, spread, with_section
 
 from ray_accel.exporter.model import NodeSnapshot
 from ray_accel.exporter.sinks.prometheus import PrometheusRenderer, snapshot_families
@@ -87,10 +88,9 @@ def scrape_section(results: dict, note: str = "") -> list[str]:
         "| series | render (uncached) | first render | render (cached) | body |",
         "|---|---|---|---|---|",
     ]
-    firsts = s.get("first_renders") or [None] * len(s["rows"])
-    for (series, timings, cached, size), first in zip(s["rows"], firsts, strict=True):
-        lines.append(f"| {series:,} | {spread(timings)} | "
-                     f"{spread(first) if first else 'not measured'} | "
+    for (series, timings, cached, size), first in zip(s["rows"], s["first_renders"],
+                                                      strict=True):
+        lines.append(f"| {series:,} | {spread(timings)} | {spread(first)} | "
                      f"{spread(cached, 1e6, 'us')} | {size / 1024:,.0f} KiB |")
     lines += [
         "",
@@ -104,11 +104,7 @@ def scrape_section(results: dict, note: str = "") -> list[str]:
 
 def with_scrape_rerun(document: str, results: dict, note: str) -> str:
     """`document` (a report) with section 2 from `results`."""
-    lines = document.split("\n")
-    start = lines.index(SECTION)
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
-    lines[start:end] = scrape_section(results, note)
-    return "\n".join(lines)
+    return "\n".join(with_section(document.split("\n"), SECTION, scrape_section(results, note)))
 
 
 def simulated_template() -> NodeSnapshot:
@@ -136,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     results: dict = {}
     scrape(results, simulated_template())
-    note = (f"This section was rerun on its own (`python bench/scrape.py`, "
+    note = (f"{RERUN_NOTE} (`python bench/scrape.py`, "
             f"{time.strftime('%Y-%m-%d', time.gmtime())}, load average {load:.1f} at its "
             f"start, {os.getloadavg()[0]:.1f} at its end: CPU time per render, which a "
             "busy machine inflates), not with the whole `make bench`.")
