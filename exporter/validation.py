@@ -214,10 +214,9 @@ class _DeviceChecks:
         return history.accepts(value)
 
     def forget_processes_except(self, pids: set[int]) -> None:
-        for key in [k for k in self.counters if k[0] == "process" and k[1] not in pids]:
-            del self.counters[key]
-        for key in [k for k in self.passed if k[0] == "process" and k[1] not in pids]:
-            del self.passed[key]
+        for table in (self.counters, self.passed):
+            for key in [k for k in table if k[0] == "process" and k[1] not in pids]:
+                del table[key]
 
 
 @dataclass
