@@ -284,7 +284,9 @@ CATALOG: tuple[MetricSpec, ...] = (
              "Bytes the device moved over the link, by direction (transmit, receive): NVLink "
              "and XGMI per link, PCIe for the device's host link. NVIDIA GPUs whose GPM "
              "measures the links' rates read them when due, at least every slow interval "
-             "(their age: ray.accelerator.device.link_counters.age).", "direction",
+             "(their age: ray.accelerator.device.link_counters.age). NVIDIA's 32-bit PCIe "
+             "counters are absent where the wraps between two reads cannot be told (a GPU "
+             "without GPM at a slow interval: docs/backends.md).", "direction",
              scope=Scope.LINK),
     _gauge(LINK_UP, "", "1 when the link is trained and active, else 0.", scope=Scope.LINK,
            valid=FLAG, cadence=Cadence.SLOW),

@@ -10,14 +10,17 @@
   both absent from the host (`BackendAbsent`) is fine: there is nothing to read.
 
 Whatever the status, `unsupported` names the devices that lack a whole family of
-metrics (`gpm`: NVIDIA GPM activity, absent before Hopper or where it is off),
-once, rather than as an error on every cycle.
+metrics, once, rather than as an error on every cycle: `gpm` (NVIDIA GPM
+activity, absent before Hopper or where it is off) and `pcie_io` (PCIe byte
+counters that a device without GPM answers in 32 bits, which can wrap more than
+once between two reads at the agent's interval: left out rather than undercounted).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .backends.calls import NOT_SUPPORTED
 from .model import DeviceSample, NodeSnapshot, stale_after_s
 
 STARTING, STALLED, DEGRADED, OK = "starting", "stalled", "degraded", "ok"
@@ -42,8 +45,7 @@ def not_answering(snapshot: NodeSnapshot) -> list[dict[str, str]]:
 
 
 # Metric families a device may lack as a whole, by the key its samples' errors use.
-FEATURES = ("gpm",)
-_NOT_SUPPORTED = "not_supported"
+FEATURES = ("gpm", "pcie_io")
 
 
 def unsupported(snapshot: NodeSnapshot) -> dict[str, list[str]]:
@@ -51,7 +53,7 @@ def unsupported(snapshot: NodeSnapshot) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for sample in snapshot.devices:
         for feature in FEATURES:
-            if sample.up and sample.errors.get(feature) == _NOT_SUPPORTED:
+            if sample.up and sample.errors.get(feature) == NOT_SUPPORTED:
                 found.setdefault(feature, []).append(sample.device.uuid)
     return found
 

@@ -216,14 +216,14 @@ def _counter_ages(sample: DeviceSample) -> dict[str, float]:
             if r.metric == m.LINK_COUNTERS_AGE}
 
 
-def test_pcie_bytes_every_cycle_nvlink_bytes_errors_and_states_on_the_cadence(node,
-                                                                              nvml_calls):
+def test_pcie_bytes_before_two_wraps_nvlink_bytes_errors_and_states_on_the_cadence(node,
+                                                                                  nvml_calls):
     clock = SteppedClock(1000.0)
     backend, devices = _opened(clock)
     gpu = devices[0]
     try:
         samples, states, field_calls = [], [], []
-        for second in (0, 1, 2, 10):
+        for second in (0, 1, 2, 3, 10):
             clock.now = 1000.0 + second
             before = Counter(nvml_calls)
             samples.append(backend.sample(gpu))
@@ -236,27 +236,30 @@ def test_pcie_bytes_every_cycle_nvlink_bytes_errors_and_states_on_the_cadence(no
         backend.close()
     links = len([link for link in samples[0].links if link.link_type == NVLINK])
     assert links == 18
-    assert field_calls == [1, 1, 1, 1]  # one field-values call per cycle, slow fields or not
-    assert states == [links, 0, 0, links]  # link states on the slow cycles only
-    # GPU 0 moves 2.6 GB/s over PCIe: its 32-bit PCIe counters are read every cycle, alone
-    # where GPM measured every link (from the second cycle on); the NVLinks' (64-bit) at the
-    # slow reads, exported as last read in between, each link type with its own age
+    assert field_calls == [1, 0, 0, 1, 1]  # at most one field-values call per cycle
+    assert states == [links, 0, 0, 0, links]  # link states on the slow cycles only
+    # GPU 0 receives 2.6 GB/s over PCIe: where GPM measured every link (from the second
+    # cycle on) its 32-bit PCIe counters are read alone before GPM's bytes since their last
+    # read could reach two wraps (8 GiB: at 3 s); the NVLinks' (64-bit) at the slow reads;
+    # both exported as last read in between, each link type with its own age
     pcie = [_pcie_values(s) for s in samples]
-    assert len(pcie[0]) == 2 and all(pcie[i + 1] != pcie[i] for i in range(3))
+    assert len(pcie[0]) == 2 and pcie[2] == pcie[1] == pcie[0]
+    assert pcie[3] != pcie[2] and pcie[4] != pcie[3]
     assert all(_measured(s) for s in samples[1:])
     transmitted = [_link_values(s, m.LINK_IO) for s in samples]
     assert len(transmitted[0]) == links * 2
-    assert transmitted[1] == transmitted[0] and transmitted[2] == transmitted[0]
-    assert transmitted[3] != transmitted[0]
+    assert transmitted[1] == transmitted[2] == transmitted[3] == transmitted[0]
+    assert transmitted[4] != transmitted[0]
     assert [_counter_ages(s) for s in samples] == [
-        {NVLINK: 0.0, m.LINK_PCIE: 0.0}, {NVLINK: 1.0, m.LINK_PCIE: 0.0},
-        {NVLINK: 2.0, m.LINK_PCIE: 0.0}, {NVLINK: 0.0, m.LINK_PCIE: 0.0}]
+        {NVLINK: 0.0, m.LINK_PCIE: 0.0}, {NVLINK: 1.0, m.LINK_PCIE: 1.0},
+        {NVLINK: 2.0, m.LINK_PCIE: 2.0}, {NVLINK: 3.0, m.LINK_PCIE: 0.0},
+        {NVLINK: 0.0, m.LINK_PCIE: 0.0}]
     errors = [_link_values(s, m.LINK_ERRORS) for s in samples]
     assert len(errors[0]) == links * 3  # crc, replay, recovery per link
-    assert errors[1] == errors[0] and errors[2] == errors[0]  # exported as last read
-    assert all(errors[3][key] > errors[0][key] for key in errors[0])  # read again at 10 s
+    assert errors[1] == errors[2] == errors[3] == errors[0]  # exported as last read
+    assert all(errors[4][key] > errors[0][key] for key in errors[0])  # read again at 10 s
     up = [_link_values(s, m.LINK_UP) for s in samples]
-    assert up[0] and up[1] == up[0] and up[3] == up[0]
+    assert up[0] and up[1] == up[0] and up[4] == up[0]
 
 
 def test_a_gpu_lost_between_slow_reads_keeps_its_counters(node):
@@ -416,15 +419,17 @@ def test_on_gpm_gpus_link_counters_are_read_when_due_and_stalls_judged_on_gpm(no
         backend.close()
     measured = {index: [_measured(s) for s in found] for index, found in samples.items()}
     assert sum(measured["7"]) >= 8  # GPM measures from the second cycle on
-    # GPU 0 moves 2.6 GB/s over PCIe: its 32-bit counters could wrap within two cycles
-    assert all(reads["0"])
-    # GPU 7 moves nothing: its counters are read at its slow points (0 and 8.75 s: 9 s) and
-    # wherever GPM did not measure every link
-    assert reads["7"] == [second in (0, 9) or not measured["7"][second] for second in range(12)]
-    # GPU 4 receives 0.9 GB/s: read every other cycle while GPM measures
-    for second in range(1, 12):
-        if measured["4"][second] and measured["4"][second - 1] and second != 5:
-            assert reads["4"][second] != reads["4"][second - 1]
+    # GPU 0 receives 2.6 GB/s over PCIe: while GPM measures, its 32-bit counters are read
+    # every third cycle, before GPM's bytes since their last read could reach two wraps
+    checked = [second for second in range(1, 10) if all(measured["0"][1:second + 1])]
+    assert len(checked) >= 5
+    assert [reads["0"][second] for second in checked] == [second % 3 == 0 for second in checked]
+    # GPU 7 moves nothing and GPU 4 receives 0.9 GB/s (under two wraps in their slow
+    # interval): their counters are read at their slow points (0 and 8.75 s: 9 s; 0 and
+    # 5 s) and wherever GPM did not measure every link
+    for index, slow_points in (("7", (0, 9)), ("4", (0, 5))):
+        assert reads[index] == [second in slow_points or not measured[index][second]
+                                for second in range(12)]
     for index, found in samples.items():
         for second, sample in enumerate(found):
             if measured[index][second]:  # the stall detector's rate: GPM's, this cycle's
@@ -443,15 +448,15 @@ def test_on_gpm_gpus_link_counters_are_read_when_due_and_stalls_judged_on_gpm(no
                                     for link_type, age in ages[second - 1].items()}
             assert _link_values(seven[second], m.LINK_IO) == _link_values(seven[second - 1],
                                                                           m.LINK_IO)
-    # GPU 0's reads for the PCIe counters' wrap alone read those alone: its NVLink counters
+    # GPU 0's reads for the PCIe counters' wraps read those alone: its NVLink counters
     # stay as read at its first cycle until its next slow point (10 s) while GPM measures
     zero = samples["0"]
-    checked = [second for second in range(1, 10) if all(measured["0"][1:second + 1])]
-    assert len(checked) >= 5
     for second in checked:
-        assert _counter_ages(zero[second]) == {NVLINK: float(second), m.LINK_PCIE: 0.0}
+        read = second % 3 == 0
+        assert _counter_ages(zero[second]) == {NVLINK: float(second),
+                                               m.LINK_PCIE: float(second % 3)}
         assert _link_values(zero[second], m.LINK_IO) == _link_values(zero[0], m.LINK_IO)
-        assert _pcie_values(zero[second]) != _pcie_values(zero[second - 1])
+        assert (_pcie_values(zero[second]) != _pcie_values(zero[second - 1])) == read
 
 
 FABRIC_CALL = "nvmlDeviceGetGpuFabricInfoV"

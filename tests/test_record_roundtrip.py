@@ -15,7 +15,10 @@ values are exact rather than racing the clock. Stated tolerances:
   AMD residency ratios, counted in whole accumulator ticks, within one percent);
 - counters (energy, NVLink and XGMI bytes, errors): within 0.5 % of the original at t,
   and each increment between comparison times within 2 %; PCIe byte counters,
-  which wrap at 2^32 as on a real H200, within 64 MiB modulo 2^32;
+  which wrap at 2^32 as on a real H200, within 64 MiB modulo 2^32, and not
+  replayed for a GPU without GPM PCIe rates (the agent recording at 1 s could
+  not tell their wraps and left them out; the original here, read cycle after
+  cycle at one frozen time, has them);
 - the same set of series (and of devices up) on both; the age of the agent's
   slow-cadence values is its own timing and is not compared;
 - events: XID codes and times within 1.5 s, the lost GPU's time within 1.5 s,
@@ -96,13 +99,24 @@ def _is_agent_timing(key: list) -> bool:
     return _metric(key) == SLOW_VALUES_AGE
 
 
+def _untold_pcie_bytes(trip: dict) -> set[str]:
+    """UUIDs of the GPUs whose recording has no GPM PCIe rates: recorded at 1 s, the agent
+    could not tell their 32-bit PCIe counters' wraps and left them out (docs/backends.md),
+    so the recording has no PCIe byte counters to replay."""
+    return {device["uuid"] for device in trip["scenario"].get("devices", ())
+            if "pcie_rx_per_sec" not in device.get("gpm", {})
+            and "198" not in device.get("fields", {})}
+
+
 def _mismatches(trip: dict) -> list[str]:
     found = []
     previous: tuple[dict, dict] | None = None
+    untold = _untold_pcie_bytes(trip)
     for t in map(str, TIMES):
         replay = trip["replay"][t]
         around = [trip["original"][f"{t}{d}"] for d in ("-1", "+0", "+1")]
-        original = around[1]
+        original = {name: value for name, value in around[1].items()
+                    if not (_is_pcie_bytes(key := json.loads(name)) and key[0] in untold)}
         if set(replay) != set(original):
             found.append(f"t={t}: only original {sorted(set(original) - set(replay))[:5]}, "
                          f"only replay {sorted(set(replay) - set(original))[:5]}")

@@ -44,6 +44,7 @@ perf_counter = time.perf_counter
 log = logging.getLogger(__name__)
 
 FUNCTION_NOT_FOUND = "function_not_found"
+NOT_SUPPORTED = "not_supported"  # the kind of a feature a device does not offer
 SLOW_REUSE_S = 10.0
 #: A call that averages more CPU time than this is costly: recorded as a `busy` delay (and
 #: NVIDIA's slow-call threshold). A call within it is timed by the wall clock alone.

@@ -211,7 +211,9 @@ def _links(out: dict[str, Any], series: DeviceSeries,
     for field_id, metric, labels, _ in _PCIE_FIELDS:
         points = _counter_reads(series, PCIE, 0, metric, _label_tuple(labels), interval_s,
                                 wrap=2**32)
-        if points:
+        # one read says nothing of how the counter moves: a GPU without GPM exports no more
+        # at 1 s, where nothing tells the counters' wraps (docs/backends.md)
+        if len(points) >= 2:
             fields[str(field_id)] = {"type": "uint", "value": counter_signal(points, wrap=2**32)}
     if fields:
         out["fields"] = fields

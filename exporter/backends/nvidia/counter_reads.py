@@ -12,17 +12,20 @@ counters (about 0.4 ms of a real H200's driver CPU) is made only when due:
 - whenever GPM did not measure every link this cycle (the first cycle, GPM
   failing or suspended, a link it does not report): the counters are then
   what the rates come from;
-- while PCIe moves enough that its 32-bit byte counters (fields 197/198, which
-  wrap) could wrap twice before the next read: the PCIe counters alone are read
-  once the PCIe bytes GPM measured since their last read, plus one more cycle at
-  the current rate, reach `WRAP_GUARD_BYTES`, half the counters' range. Counting
-  at most one wrap between reads (interconnect.py's `CounterUnwrapper`) then
-  holds unless GPM undercounts PCIe traffic by half. The NVLink counters (64-bit)
-  need no such guard; they stay as last read.
+- while PCIe moves: its 32-bit byte counters (fields 197/198) wrap every 4 GiB,
+  and how many times they wrapped between two reads is told by the PCIe bytes
+  GPM measured since the last read (`moved`, per direction; interconnect.py's
+  `CounterUnwrapper`), which is right while the two agree within 2 GiB. The
+  PCIe counters alone are therefore read once those bytes, plus one more cycle
+  at the current rate, reach `WRAP_GUARD_BYTES` (8 GiB): GPM and the counters
+  then need to agree within a quarter. The NVLink counters (64-bit) need no
+  such guard; they stay as last read.
 
 No fixed interval could replace the guard: the counters count bytes, and at a
 PCIe 5.0 x16 link's most (about 63 GB/s a direction) 2^32 of them pass in
 under 70 ms, so only the traffic GPM measured says how long a read may wait.
+Above 8 GiB a cycle a read every cycle is the most the guard can do, and the
+agreement needed grows tighter (within a tenth at 20 GB/s and 1 s).
 
 A counter read less often is still the driver's count at its read, exported as
 such (and kept by a device that goes down, as every counter), with the age of
@@ -38,7 +41,7 @@ from ... import catalog as m
 from ...model import Reading
 from .gpm import PCIE_LINK, MeasuredLinks
 
-WRAP_GUARD_BYTES = float(2**31)
+WRAP_GUARD_BYTES = float(2**33)  # two wraps of a 32-bit byte counter
 # What a cycle reads (`CounterSchedule.due`): nothing, every byte counter, or PCIe's alone.
 READ_NONE, READ_ALL, READ_PCIE = 0, 1, 2
 _AGE_LABELS = {m.LINK_NVLINK: (("link_type", m.LINK_NVLINK),),
@@ -51,8 +54,11 @@ class CounterSchedule:
 
     read_at: float | None = None  # the backend's clock at the last read of every counter
     pcie_read_at: float | None = None  # ... and at the last read of the PCIe counters
+    #: The PCIe bytes GPM measured since the PCIe counters' last read, (transmit, receive);
+    #: None where some cycle since went unmeasured (or before the first read).
+    moved: tuple[float, float] | None = None
+    pcie_measured: bool = False  # whether GPM has ever measured the PCIe link both ways
     _seen_at: float | None = None  # the backend's clock at the last cycle
-    _pcie_bytes: float = 0.0  # PCIe bytes GPM measured since the last read (busier direction)
 
     def due(self, now: float, measured: MeasuredLinks | None,
             links: Collection[tuple[str, int]]) -> int:
@@ -61,28 +67,27 @@ class CounterSchedule:
         this cycle (`measured`; None: none). Call once per cycle."""
         elapsed = 0.0 if self._seen_at is None else max(now - self._seen_at, 0.0)
         self._seen_at = now
-        if measured is None or self.read_at is None:
-            return READ_ALL
-        if not measured.links.issuperset(links):
+        pcie = None if measured is None else measured.pcie
+        self.pcie_measured = self.pcie_measured or pcie is not None
+        self.moved = (None if pcie is None or self.moved is None
+                      else (self.moved[0] + pcie[0] * elapsed, self.moved[1] + pcie[1] * elapsed))
+        if measured is None or self.read_at is None or not measured.links.issuperset(links):
             return READ_ALL  # a link (or one direction of it) GPM did not measure this cycle
-        busier = measured.pcie_bytes_per_s if PCIE_LINK in links else None
-        if busier is None:
+        if PCIE_LINK not in links or self.moved is None or pcie is None:
             return READ_NONE  # no PCIe counters to guard
-        self._pcie_bytes += busier * elapsed
-        if self._pcie_bytes + busier * elapsed >= WRAP_GUARD_BYTES:
+        if max(self.moved) + max(pcie) * elapsed >= WRAP_GUARD_BYTES:
             return READ_PCIE
         return READ_NONE
 
     def done(self, now: float, pcie_only: bool = False) -> None:
         """The counters (with `pcie_only`, the PCIe ones alone) were read at `now`."""
-        self.pcie_read_at, self._pcie_bytes = now, 0.0
+        self.pcie_read_at, self.moved = now, (0.0, 0.0)
         if not pcie_only:
             self.read_at = now
 
     def failed(self) -> None:
         """The read failed: no counters to age, and the next cycle reads them all again."""
-        self.read_at = self.pcie_read_at = None
-        self._pcie_bytes = 0.0
+        self.read_at = self.pcie_read_at = self.moved = None
 
     def age(self, now: float, nvlinks: bool = True) -> tuple[Reading, ...]:
         """How old the counters are at `now`, per link type (the NVLinks' only with `nvlinks`),

@@ -34,6 +34,7 @@ import pynvml
 from ... import catalog as m
 from ...activity import ActivityView, SpinningWindow
 from ...model import Reading, labels_of
+from ..calls import NOT_SUPPORTED
 from .calls import DeviceCalls
 
 MIB = 1024 * 1024
@@ -60,18 +61,19 @@ PCIE_LINK = (m.LINK_PCIE, 0)
 @dataclass(frozen=True, slots=True)
 class MeasuredLinks:
     """What GPM measured of a device's links this cycle: the links it measured both ways,
-    and the busier direction of the PCIe link (bytes/s; None where not measured)."""
+    and the PCIe link's (transmit, receive) bytes/s (None where not measured both ways)."""
 
     links: frozenset[tuple[str, int]]
-    pcie_bytes_per_s: float | None
+    pcie: tuple[float, float] | None
 
 
 def measured_links(rates: LinkRates) -> MeasuredLinks:
     """`MeasuredLinks` of the rates GPM measured, link by link."""
     pcie = rates.get(PCIE_LINK)
+    both = pcie is not None and m.TRANSMIT in pcie and m.RECEIVE in pcie
     return MeasuredLinks(frozenset(link for link, directions in rates.items()
                                    if len(directions) >= 2),
-                         max(pcie.values()) if pcie else None)
+                         (pcie[m.TRANSMIT], pcie[m.RECEIVE]) if both else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +273,7 @@ class GpmActivity:
                 return False
             self._supported = bool(support.isSupportedDevice)
             if not self._supported:
-                nvml.note_unsupported(GPM_UNSUPPORTED, "not_supported")
+                nvml.note_unsupported(GPM_UNSUPPORTED, NOT_SUPPORTED)
         return self._supported
 
     def _forget_previous(self, nvml: DeviceCalls) -> None:
@@ -354,7 +356,7 @@ class GpmActivity:
         if answered and request.link_pairs is not None and (not values or min(values) >= 0):
             pcie = request.pcie_pair  # the usual case: every link measured both ways
             return MeasuredLinks(request.paired_links, None if pcie is None
-                                 else max(values[pcie[0]], values[pcie[1]]) * pcie[2])
+                                 else (values[pcie[0]] * pcie[2], values[pcie[1]] * pcie[2]))
         rates: LinkRates = {}
         success = pynvml.NVML_SUCCESS
         for slot, link, direction, scale in request.link_slots:

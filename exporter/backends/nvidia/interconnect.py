@@ -28,7 +28,7 @@ import pynvml
 from ... import catalog as m
 from ...model import Labels, Link, Reading
 from ..base import read_timed
-from ..calls import text
+from ..calls import NOT_SUPPORTED, text
 from .calls import DeviceCalls
 from .counter_reads import READ_NONE, READ_PCIE, CounterSchedule
 from .getters import scalar
@@ -63,6 +63,11 @@ _PCIE_FIELDS: tuple[tuple[int, str, Labels, int], ...] = (
 _LINK_UP = (Reading(m.LINK_UP, 0.0), Reading(m.LINK_UP, 1.0))
 READ_SLOW = -1  # a `_counters` read of the byte counters with the slow-cadence fields
 _HOST_FACTS = {"remote_type": "host"}  # what the PCIe link connects to (shared, never changed)
+WRAP = 2**32  # where a 32-bit counter wraps
+# PCIe signalling rate per lane by generation (GT/s)
+_PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0, 7: 128.0}
+PCIE_IO = "pcie_io"  # the key of a sample's errors entry when PCIe byte counters are withheld
+WRAPS_UNKNOWN = "wraps_unknown"  # ... its kind where GPM could not tell how many wraps
 
 
 @dataclass(frozen=True)
@@ -79,25 +84,64 @@ class NvLinkFacts:
                 "remote_pci_bus_id": self.remote_pci_bus_id, "peer_uuid": peer_uuid}
 
 
+def pcie_most_bytes_per_s(max_readings: tuple[Reading, ...]) -> float | None:
+    """The most bytes a second a PCIe link of the generation and width in `max_readings`
+    (`pcie_max_readings`) can move a direction: its signalling rate, no encoding taken off,
+    so a bound; None where either is unknown."""
+    found = {r.metric: r.value for r in max_readings}
+    rate = _PCIE_GT_PER_S.get(int(found.get(m.PCIE_GENERATION, 0)))
+    width = found.get(m.PCIE_WIDTH)
+    return None if rate is None or not width else rate * 1e9 / 8 * width
+
+
+def hidden_wraps(delta: int, expected: float | None, most: float | None) -> int | None:
+    """How many whole wraps a 32-bit counter's `delta` since its last read (its change
+    modulo 2^32) hides: the count that brings it closest to `expected` (the bytes GPM
+    measured since), never more than `most` (the most its link could move since) allows;
+    with no `expected`, none where `most` allows none, else unknown (None)."""
+    ceiling = None if most is None else max(int((most - delta) // WRAP), 0)
+    if expected is not None:
+        wraps = max(round((expected - delta) / WRAP), 0)
+        return wraps if ceiling is None else min(wraps, ceiling)
+    return 0 if ceiling == 0 else None
+
+
 @dataclass
 class CounterUnwrapper:
-    """Monotonic totals of 32-bit counters that wrap, assuming at most one wrap between reads.
+    """Monotonic totals of 32-bit counters that wrap. The total starts at the first value read.
 
     A real H200 (driver 580) answers the PCIe byte counters (fields 197/198) as
-    32-bit values, which NVML documents as "can be wrapped": at 4 GB/s they wrap
-    every second. The total starts at the first value read.
+    32-bit values, which NVML documents as "can be wrapped": above 4.3 GB/s they
+    wrap more than once a second, so a read every second can miss whole wraps.
+    For those, `hidden_wraps` decides from GPM's bytes over the interval, or the
+    link's most; where neither can tell, the total is withheld (None) and counts
+    again from zero at the next read that can, which Prometheus takes as a counter
+    reset: bytes nobody can count are counted as none, not as a wrong number.
+    Any other 32-bit counter is assumed to wrap at most once between reads.
     """
 
-    last: dict[int, int] = field(default_factory=dict)
+    last: dict[int, tuple[int, float]] = field(default_factory=dict)  # (raw, read at)
     totals: dict[int, int] = field(default_factory=dict)
 
-    def total(self, position: int, raw: int) -> int:
+    def total(self, position: int, raw: int, now: float = 0.0, pcie: bool = False,
+              expected: float | None = None, most_per_s: float | None = None) -> int | None:
+        """The total of the counter at `position` after reading `raw` at `now`; for a `pcie`
+        counter, given the bytes GPM measured since its last read (`expected`) and its
+        link's most bytes a second (`most_per_s`), either None where unknown."""
         previous = self.last.get(position)
-        self.last[position] = raw
+        self.last[position] = (raw, now)
         if previous is None:
             self.totals[position] = raw
-        else:
-            self.totals[position] += (raw - previous) % 2**32
+            return raw
+        delta = (raw - previous[0]) % WRAP
+        if pcie:
+            most = None if most_per_s is None else most_per_s * max(now - previous[1], 0.0)
+            wraps = hidden_wraps(delta, expected, most)
+            if wraps is None:
+                self.totals[position] = 0
+                return None
+            delta += wraps * WRAP
+        self.totals[position] += delta
         return self.totals[position]
 
 
@@ -133,6 +177,7 @@ class LinkLayout:
     slow_values: Any = field(default=None, repr=False)
     pcie_values: Any = field(default=None, repr=False)
     pcie_at: int = 0  # where the PCIe byte counters are in `cycle_values` and `slow_values`
+    pcie_most: float | None = None  # the most bytes/s the PCIe link can move a direction
     # NVLink index -> its slow readings (error counters, state) as last read
     slow_readings: dict[int, tuple[Reading, ...]] = field(default_factory=dict)
     schedule: CounterSchedule = field(default_factory=CounterSchedule)
@@ -165,6 +210,18 @@ class LinkLayout:
         self.slow_values = _request_array([request for request, _ in (*every, *slow)])
         self.pcie_at = len(every) - len(_PCIE_FIELDS)
         self.pcie_values = _request_array([request for request, _ in every[self.pcie_at:]])
+        self.pcie_most = pcie_most_bytes_per_s(self.pcie_max)
+
+    def counter_total(self, position: int, raw: int, now: float) -> int | None:
+        """The total of the 32-bit counter at `position` read as `raw` at `now`
+        (`CounterUnwrapper`); None for PCIe bytes whose wraps since the last read are unknown."""
+        direction = position - self.pcie_at  # the PCIe byte counters: transmit, then receive
+        if 0 <= direction < len(_PCIE_FIELDS):
+            moved = self.schedule.moved
+            return self.unwrapper.total(position, raw, now, pcie=True,
+                                        expected=None if moved is None else moved[direction],
+                                        most_per_s=self.pcie_most)
+        return self.unwrapper.total(position, raw, now)
 
     def facts_of(self, nvlink: NvLinkFacts) -> dict[str, str]:
         """The link's facts with its peer GPU, built again only when the peer changes."""
@@ -277,11 +334,13 @@ def _field_number(value_type: int, raw: int) -> float:
     return float(raw)  # unsigned long (64-bit) and unsigned long long
 
 
-def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
-              read: int) -> list[list[Reading]] | None:
+def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: int,
+              now: float) -> list[list[Reading]] | None:
     """The counters `read` asks for (`READ_ALL`: the byte counters; `READ_SLOW`: with the slow
-    fields; `READ_PCIE`: PCIe's alone), by link slot (the NVLinks in order, then the PCIe
-    link); None when the call failed."""
+    fields; `READ_PCIE`: PCIe's alone) at `now`, by link slot (the NVLinks in order, then the
+    PCIe link); None when the call failed. PCIe byte counters whose wraps cannot be told are
+    left out, and the device's errors say why (`PCIE_IO`: not supported at this interval
+    where GPM never measured the link, `WRAPS_UNKNOWN` where it missed a cycle)."""
     if read == READ_PCIE:
         request, first = layout.pcie_values, layout.pcie_at
     else:
@@ -298,8 +357,13 @@ def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout,
         if status == success:
             if value_type == unsigned_long_long:  # the NVLink counters: the common case first
                 number = float(raw)
-            elif value_type == unsigned_int:  # every field is a counter
-                number = float(layout.unwrapper.total(position, raw & 0xFFFFFFFF))
+            elif value_type == unsigned_int:  # every field is a counter; 32 bits wrap
+                total = layout.counter_total(position, raw & 0xFFFFFFFF, now)
+                if total is None:
+                    calls.cycle_errors[PCIE_IO] = (WRAPS_UNKNOWN if layout.schedule
+                                                   .pcie_measured else NOT_SUPPORTED)
+                    continue
+                number = float(total)
             else:
                 number = _field_number(value_type, raw)
             by_link[slot].append(Reading(metric, number * scale, labels))
@@ -332,7 +396,7 @@ def _read_counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: in
                    now: float) -> None:
     """Reads the counters `read` asks for into `layout` (see `_counters`): the byte counters
     by link slot and when they were read (none, and no time, where the call failed)."""
-    counters, stamped = read_timed(partial(_counters, calls, handle, layout, read))
+    counters, stamped = read_timed(partial(_counters, calls, handle, layout, read, now))
     read_at: float | None = stamped
     if counters is None:  # every byte counter is absent this cycle; link states still read
         layout.schedule.failed()
