@@ -64,6 +64,16 @@ def test_the_simulated_record_holds_every_gpm_call(simulated):
     assert {m["unit"] for m in metrics.values()} == {"%", "MiB/sec"}
     assert 50 < metrics[str(pynvml.NVML_GPM_METRIC_SM_UTIL)]["value"] <= 100  # GPU 0 trains
     assert gpu["gpu_instances"] == {}  # MIG is off
+    # the PCIe byte counters beside the samples move as GPM's PCIe rates say (32-bit, wrapping)
+    before, after = calls["pcie_counters_sample_1"], calls["pcie_counters_sample_2"]
+    for field, metric_id in ((pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+                              pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC),
+                             (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+                              pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC)):
+        assert before[str(field)]["type"] == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        moved = (after[str(field)]["ull"] - before[str(field)]["ull"]) % 2**32
+        rate = metrics[str(metric_id)]["value"] * 2**20
+        assert moved == pytest.approx(rate * 1.0, rel=0.1)  # the samples are 1 s apart
 
 
 def test_the_fake_answers_the_gpm_calls_the_real_gpu_answered(simulated):

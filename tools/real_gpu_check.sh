@@ -7,7 +7,8 @@
 # in .whl/ (`pip wheel --no-deps -w .whl .`), or setuptools>=68 to build it there;
 # and, for the comparison with Ray's provider, the folder written beforehand by
 # `python tools/ray_provider_subset.py --out .ray-subset` where Ray is installed.
-# Ray itself is not needed. While a matrix-multiply load runs on GPU 0 it writes to
+# Ray itself is not needed. While a matrix-multiply load (with 1 GiB copied each way
+# over PCIe every round) runs on GPU 0 it writes to
 # OUT_DIR: real-gpu.json (tools/record_real_gpu.py; its `gpm` section holds every GPM
 # call, with what each cost, from tools/record_gpm.py), benchmarks-real-gpu.md
 # (bench/run.py --real-gpu, and its .json), metrics.txt (the agent's /metrics),
@@ -29,10 +30,14 @@ nvidia-smi topo -m >"$out/nvidia-smi-topo.txt" 2>&1 || true
 python3 -c '
 import time, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+host = torch.empty(2**28, dtype=torch.float32, pin_memory=True)  # 1 GiB each way a round
+device = torch.empty_like(host, device="cuda")
 end = time.time() + 240
 while time.time() < end:
     for _ in range(20):
         a @ a
+    device.copy_(host, non_blocking=True)
+    host.copy_(device, non_blocking=True)
     torch.cuda.synchronize()
 ' &
 load=$!

@@ -6,6 +6,10 @@ NVML_GPM_METRIC_MAX - 1 between them through `nvmlGpmMetricsGet`, each with
 its status, value and metricInfo; the same through `nvmlGpmMigSampleGet` for
 each GPU instance when MIG is on. Each call's wall and CPU microseconds are
 kept, so the simulated library's costs can be checked against a real GPU's.
+Beside each GPU's samples, its PCIe byte counters (fields 197/198) are read
+too (`pcie_counters_sample_1`/`_2`): their change over the same second, against
+GPM's PCIe rates (metrics 20/21), says how closely the two count the same bytes,
+which the agent's wrap counting relies on (docs/backends.md).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class _Source:
             taken, self.calls[name] = _timed(lambda: pynvml.nvmlGpmMigSampleGet(
                 self.handle, self.gpu_instance, sample))
         self.samples.append(sample if taken is not None else None)
+        if self.gpu_instance is None:
+            self.calls[f"pcie_counters_{name}"] = _pcie_counters(self.handle)
 
     def metrics(self) -> None:
         if len(self.samples) != 2 or None in self.samples:
@@ -82,6 +88,16 @@ class _Source:
         for i, sample in enumerate(self.samples):
             if sample is not None:
                 _, self.calls[f"free_{i}"] = _timed(lambda s=sample: pynvml.nvmlGpmSampleFree(s))
+
+
+def _pcie_counters(handle: Any) -> dict[str, Any]:
+    """Fields 197/198 as the driver answers them (value type and raw value), and the cost."""
+    answer, entry = _timed(lambda: pynvml.nvmlDeviceGetFieldValues(
+        handle, [pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]))
+    for value in answer or ():
+        entry[str(value.fieldId)] = {"return": value.nvmlReturn, "type": value.valueType,
+                                     "ull": value.value.ullVal}
+    return entry
 
 
 def _gpu_instances(handle: Any) -> list[int]:
