@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,18 +37,24 @@ from ray_accel.dashboard_module.prometheus_history import (
     PrometheusHistory,
     PrometheusSettings,
     Scope,
+    on_grid,
     scope_queries,
 )
 from ray_accel.exporter import catalog as m
 from ray_accel.grafana.alerts.recording import INTERVAL_S, record_name
 from ray_accel.grafana.promql import duration, metric
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from prometheus_server import PrometheusServer
+
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 SESSION, CLUSTER = "session_bench", "bench"
 DEVICES_PER_NODE = 8
 RAW_INTERVAL_S = 60
 REPEATS = 3
+# The raw series of each device the cluster scope reads, by `_device_values` key
+RAW_FAMILIES = {"utilization": m.GPU_UTILIZATION, "memory": m.MEMORY_USAGE, "power": m.POWER,
+                "up": m.DEVICE_UP, "idle": m.ALLOCATION_IDLE, "allocation": m.ALLOCATION}
 
 
 def _device_values(device: int, tick: int) -> dict[str, float]:
@@ -64,9 +69,8 @@ def _device_values(device: int, tick: int) -> dict[str, float]:
 def _families(devices: int, ticks: range, start: int) -> Iterator[str]:
     """OpenMetrics text of the raw series, then of the recorded ones."""
     scope = f'SessionName="{SESSION}",ray_io_cluster="{CLUSTER}"'
-    names = {"utilization": metric(m.GPU_UTILIZATION), "memory": metric(m.MEMORY_USAGE),
-             "power": metric(m.POWER), "up": metric(m.DEVICE_UP),
-             "idle": metric(m.ALLOCATION_IDLE)}
+    names = {key: metric(otel_name) for key, otel_name in RAW_FAMILIES.items()
+             if key != "allocation"}
     labels = [f'{scope},ray_node_id="n{d // DEVICES_PER_NODE:05d}",uuid="GPU-{d:06d}"'
               for d in range(devices)]
     for key, name in names.items():
@@ -76,7 +80,7 @@ def _families(devices: int, ticks: range, start: int) -> Iterator[str]:
             at = start + tick * RAW_INTERVAL_S
             yield "".join(f"{name}{{{labels[d]}{extra}}} {_device_values(d, tick)[key]!r} {at}\n"
                           for d in range(devices))
-    allocation = metric(m.ALLOCATION)
+    allocation = metric(RAW_FAMILIES["allocation"])
     yield f"# TYPE {allocation} gauge\n"
     for tick in ticks:
         at = start + tick * RAW_INTERVAL_S
@@ -105,9 +109,9 @@ def _recorded(devices: int, ticks: range, start: int, scope: str) -> Iterator[st
                           for i in range(evaluations))
 
 
-def backfill(folder: Path, nodes: int, window_s: int, end: int) -> tuple[Path, int]:
-    """A TSDB under `folder` holding `nodes` x 8 devices over `window_s` up to `end`;
-    returns its path and the raw sample count."""
+def backfill(folder: Path, nodes: int, window_s: int, end: int) -> int:
+    """A TSDB in `folder`/tsdb (where `PrometheusServer` keeps its own) holding `nodes` x 8
+    devices over `window_s` up to `end`; returns the raw sample count."""
     devices = nodes * DEVICES_PER_NODE
     ticks = range(window_s // RAW_INTERVAL_S + 1)
     start = end - (len(ticks) - 1) * RAW_INTERVAL_S
@@ -121,51 +125,29 @@ def backfill(folder: Path, nodes: int, window_s: int, end: int) -> tuple[Path, i
                     "--max-block-duration=24h", str(text), str(tsdb)],
                    check=True, capture_output=True, timeout=3600)
     text.unlink()
-    return tsdb, devices * 6 * len(ticks)
+    return devices * len(RAW_FAMILIES) * len(ticks)
 
 
-class Served:
-    """Prometheus on a backfilled TSDB, on a free port; stopped by pid."""
-
-    def __init__(self, tsdb: Path, folder: Path) -> None:
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = folder / "prometheus.yml"
-        config.write_text("global: {scrape_interval: 1m}\n")
-        self.process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-             "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        self.stop()
-        raise RuntimeError("Prometheus did not start on the backfilled TSDB")
-
-    def cpu_s(self) -> float:
-        """Prometheus' CPU time so far (user + system), from /proc."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+def _served(folder: Path) -> PrometheusServer:
+    """Prometheus on the TSDB `backfill` wrote under `folder`, keeping all of it."""
+    return PrometheusServer("global: {scrape_interval: 1m}\n", folder,
+                            extra_flags=("--storage.tsdb.retention.time=30d",),
+                            start_timeout_s=120)
 
 
-async def _timed(served: Served, history: PrometheusHistory, range_name: str,
+def _cpu_s(served: PrometheusServer) -> float:
+    """Prometheus' CPU time so far (user + system), from /proc."""
+    assert served.process is not None
+    fields = Path(f"/proc/{served.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _history(served: PrometheusServer) -> PrometheusHistory:
+    return PrometheusHistory(PrometheusSettings(served.url, session_name=SESSION,
+                                                cluster=CLUSTER, timeout_s=60))
+
+
+async def _timed(served: PrometheusServer, history: PrometheusHistory, range_name: str,
                  recorded: bool, now: float) -> dict[str, Any]:
     """One cluster history's five range queries, concurrent as the tab runs them."""
     start, end, step = history.grid(range_name, now)
@@ -178,20 +160,19 @@ async def _timed(served: Served, history: PrometheusHistory, range_name: str,
         async with session.post(url, data=form) as reply:
             return json.loads(await reply.read())
 
-    cpu, began = served.cpu_s(), time.perf_counter()
+    cpu, began = _cpu_s(served), time.perf_counter()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         answers = await asyncio.gather(*(one(session, q) for q in queries.values()))
-    wall, cpu = time.perf_counter() - began, served.cpu_s() - cpu
+    wall, cpu = time.perf_counter() - began, _cpu_s(served) - cpu
     errors = [a.get("error", "") for a in answers if a.get("status") != "success"]
     samples = sum(a["data"].get("stats", {}).get("samples", {}).get("totalQueryableSamples", 0)
                   for a in answers if a.get("status") == "success")
     return {"wall_s": wall, "cpu_s": cpu, "samples": samples, "errors": errors}
 
 
-def measure(served: Served, range_name: str, now: float) -> dict[str, Any]:
+def measure(served: PrometheusServer, range_name: str, now: float) -> dict[str, Any]:
     """Raw and recorded, alternated, REPEATS times each; medians."""
-    history = PrometheusHistory(PrometheusSettings(served.url, session_name=SESSION,
-                                                   cluster=CLUSTER, timeout_s=60))
+    history = _history(served)
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     for _ in range(REPEATS):
         for recorded in (False, True):
@@ -206,11 +187,10 @@ def measure(served: Served, range_name: str, now: float) -> dict[str, Any]:
     return found
 
 
-def agree(served: Served, range_name: str, now: float) -> dict[str, Any]:
+def agree(served: PrometheusServer, range_name: str, now: float) -> dict[str, Any]:
     """The tab's own answer (PrometheusHistory.series): whether it read the recorded series,
     and the largest relative difference from the raw answer on the same grid."""
-    history = PrometheusHistory(PrometheusSettings(served.url, session_name=SESSION,
-                                                   cluster=CLUSTER, timeout_s=60))
+    history = _history(served)
     answer = asyncio.run(history.series(Scope("cluster"), range_name, now))
     raw = asyncio.run(_values(served, history, range_name, now))
     worst = 0.0
@@ -221,7 +201,7 @@ def agree(served: Served, range_name: str, now: float) -> dict[str, Any]:
     return {"tab_recorded": answer["recorded"], "max_rel_diff": worst}
 
 
-async def _values(served: Served, history: PrometheusHistory, range_name: str,
+async def _values(served: PrometheusServer, history: PrometheusHistory, range_name: str,
                   now: float) -> dict[str, list[float | None]]:
     start, end, step = history.grid(range_name, now)
     count = (end - start) // step + 1
@@ -231,10 +211,7 @@ async def _values(served: Served, history: PrometheusHistory, range_name: str,
             form = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
             async with session.post(f"{served.url}/api/v1/query_range", data=form) as reply:
                 result = (await reply.json())["data"]["result"]
-            values: list[float | None] = [None] * count
-            for at, text in result[0]["values"] if result else ():
-                values[round((float(at) - start) / step)] = float(text)
-            found[name] = values
+            found[name] = on_grid(result[0], start, step, count) if result else [None] * count
     return found
 
 
@@ -254,10 +231,9 @@ def main() -> int:
             now = time.time()
             end = int(now // RAW_INTERVAL_S) * RAW_INTERVAL_S
             began = time.perf_counter()
-            tsdb, samples = backfill(Path(folder), nodes, window_s, end)
+            samples = backfill(Path(folder), nodes, window_s, end)
             built = time.perf_counter() - began
-            served = Served(tsdb, Path(folder))
-            try:
+            with _served(Path(folder)) as served:
                 for range_name in args.ranges:
                     figures = measure(served, range_name, now)
                     check = agree(served, range_name, now)
@@ -265,8 +241,6 @@ def main() -> int:
                     print(json.dumps({"nodes": nodes, "range": range_name, "samples": samples,
                                       "backfill_s": round(built, 1), **figures, **check}),
                           file=sys.stderr, flush=True)
-            finally:
-                served.stop()
     print(f"load after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
     print(f"| Nodes x 8 devices | Backfilled ({duration(window_s)} at 60 s) | Range | "
           "Raw: wall / Prometheus CPU / samples read | Recorded: wall / CPU / samples read | "

@@ -289,9 +289,9 @@ class PrometheusHistory:
                     devices = body.setdefault("devices", {})
                     for entry in matrix:
                         uuid = entry["metric"].get("uuid", "")
-                        devices.setdefault(uuid, {})[field] = _on_grid(entry, start, step, count)
+                        devices.setdefault(uuid, {})[field] = on_grid(entry, start, step, count)
                 else:
-                    body[name] = (_on_grid(matrix[0], start, step, count) if matrix
+                    body[name] = (on_grid(matrix[0], start, step, count) if matrix
                                   else [None] * count)
         except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise PrometheusError(f"Prometheus at {self.settings.url} answered a malformed "
@@ -338,7 +338,7 @@ class PrometheusHistory:
         return data.get("result") or []
 
 
-def _on_grid(entry: Mapping[str, Any], start: int, step: int,
+def on_grid(entry: Mapping[str, Any], start: int, step: int,
              count: int) -> list[float | None]:
     """One matrix entry's values on the grid; NaN and infinities are not values."""
     values: list[float | None] = [None] * count
@@ -350,10 +350,13 @@ def _on_grid(entry: Mapping[str, Any], start: int, step: int,
     return values
 
 
+# The keys of a Prometheus answer's body (`PrometheusHistory`) that are not one series each.
+_ANSWER_FACTS = frozenset({"timestamps", "step_s", "recorded", "devices"})
+
+
 def _holds_values(body: Mapping[str, Any]) -> bool:
     """Whether any series of a Prometheus answer has a value (a node's devices included)."""
-    series = [v for k, v in body.items()
-              if k not in ("timestamps", "step_s", "recorded", "devices")]
+    series = [v for k, v in body.items() if k not in _ANSWER_FACTS]
     series += [v for device in body.get("devices", {}).values() for v in device.values()]
     return any(value is not None for values in series for value in values)
 

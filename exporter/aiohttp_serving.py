@@ -22,7 +22,6 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
 from .httpd import messages
-from .httpd.messages import refusal_bytes
 from .serving import (
     LISTEN_BACKLOG,
     ConnectionCap,
@@ -152,7 +151,7 @@ class _GuardedHandler(RequestHandler):
         """Writes a JSON error response straight to the socket and closes the connection."""
         transport = self.transport
         if transport is not None and not transport.is_closing():
-            transport.write(refusal_bytes(status, message))
+            transport.write(messages.refusal_bytes(status, message))
         self.force_close()
 
     def _parser_error_text(self, exc: BaseException | None, fallback: str) -> str:

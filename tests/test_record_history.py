@@ -76,7 +76,7 @@ import json, os, sys, time
 from ray_accel.exporter.simulate import SimulatedHardware
 hw = SimulatedHardware.start("hgx-h200"); hw.activate()
 from ray_accel.exporter.backends import load_backends
-from ray_accel.exporter.record.history import AGED_DROPPED_TOGETHER, History
+from ray_accel.exporter.record.history import History
 from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.store import SnapshotStore
 sampler = Sampler(load_backends(["nvidia"]), SnapshotStore(), interval_s=1.0)

@@ -70,7 +70,6 @@ def series_text(series: SnapshotSeries, prefixes: LinePrefixes | None = None,
 
     `prefixes`, when given, keeps the start of each series' line for the next render (the
     sample lines are the same in both formats)."""
-    header_of = _openmetrics_header_of if openmetrics_format else _text_header_of
     if prefixes is None:
         prefixes = LinePrefixes(limit=0)
     prefixes.start_render()
@@ -86,7 +85,7 @@ def series_text(series: SnapshotSeries, prefixes: LinePrefixes | None = None,
                 header = openmetrics_header(family) if openmetrics_format else text_header(family)
                 out.append(header + text_samples(family))
                 continue
-        sample_name, header = header_of(spec)
+        sample_name, header = _header_of(spec, openmetrics_format)
         out.append(header)
         _rows_text(out, sample_name, names, rows, series.plain,
                    prefixes.family((sample_name, *names), len(rows)))
@@ -106,14 +105,6 @@ def _header_of(spec: MetricSpec, openmetrics_format: bool) -> tuple[str, str]:
         made = _HEADERS[(spec, openmetrics_format)] = (family.name + SUFFIXES[family.type],
                                                        header)
     return made
-
-
-def _text_header_of(spec: MetricSpec) -> tuple[str, str]:
-    return _header_of(spec, False)
-
-
-def _openmetrics_header_of(spec: MetricSpec) -> tuple[str, str]:
-    return _header_of(spec, True)
 
 
 def _rows_text(out: list[str], sample_name: str, names: list[str], rows: list[Row],

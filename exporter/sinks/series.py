@@ -87,7 +87,7 @@ class SnapshotSeries:
         """An info series whose facts are `spec.labels`, each taken from `facts` ("" where
         absent)."""
         label_values = (*self._node_values, *scope_values,
-                        *map(facts.get, spec.labels, _blanks(spec)))
+                        *(facts.get(name, "") for name in spec.labels))
         self.plain = self.plain and _plain(label_values)
         self._rows[spec.name].append((label_values, 1.0))
 
@@ -137,10 +137,6 @@ def _plain(values: Iterable[str]) -> bool:
     except TypeError:  # not a string: the writers' own checks decide
         return False
     return '"' not in joined and "\\" not in joined and "\n" not in joined
-
-
-def _blanks(spec: MetricSpec) -> tuple[str, ...]:
-    return ("",) * len(spec.labels)
 
 
 def snapshot_series(snapshot: NodeSnapshot) -> SnapshotSeries:

@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from ...exporter import catalog as m
-from ..promql import duration, matchers, metric, regex, selector
+from ..promql import duration, regex, selector
+from .model import Series, series
 from .recording import (
     GROUP_LABELS,
     INTERVAL_S,
@@ -84,8 +85,8 @@ def input_series(devices: Iterable[Device]) -> list[dict[str, str]]:
 
     def add(otel_name: str, labels: dict[str, str], value: float | None) -> None:
         if value is not None:
-            found.append({"series": metric(otel_name) + matchers(
-                *(f'{k}="{v}"' for k, v in labels.items())), "values": _held(value)})
+            held = series(otel_name, labels, _held(value))
+            found.append({"series": held.selector, "values": held.values})
 
     for device in devices:
         labels = device.labels()
@@ -135,8 +136,7 @@ def _group_labels(group: tuple[str, str | None]) -> dict[str, str]:
 
 
 def _sample(name: str, labels: dict[str, str], value: float) -> dict[str, Any]:
-    return {"labels": name + matchers(*(f'{k}="{v}"' for k, v in labels.items())),
-            "value": value}
+    return {"labels": Series(name, labels, "").selector, "value": value}
 
 
 def _recorded_checks(devices: Sequence[Device]) -> list[dict[str, Any]]:

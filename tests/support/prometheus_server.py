@@ -54,10 +54,13 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0,
 
 
 class PrometheusServer:
-    """`prometheus` with the given config (YAML text) and rule files, on a free port."""
+    """`prometheus` with the given config (YAML text) and rule files, on a free port; its
+    TSDB in `folder`/tsdb. `extra_flags` are added to its command line; `start_timeout_s`
+    is how long it may take to become ready (a large TSDB takes longer)."""
 
     def __init__(self, config: str, folder: Path, rule_files: Mapping[str, str] | None = None,
-                 binary: str = PROMETHEUS) -> None:
+                 binary: str = PROMETHEUS, extra_flags: tuple[str, ...] = (),
+                 start_timeout_s: float = 30.0) -> None:
         self.folder = folder
         self.config_path = folder / "prometheus.yml"
         self.binary = binary
@@ -65,6 +68,8 @@ class PrometheusServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self._config = config
         self._rule_files = dict(rule_files or {})
+        self._extra_flags = extra_flags
+        self._start_timeout_s = start_timeout_s
         self.process: subprocess.Popen | None = None
         self.log_path = folder / "prometheus.log"
 
@@ -77,10 +82,11 @@ class PrometheusServer:
             self.process = subprocess.Popen(
                 [self.binary, f"--config.file={self.config_path}",
                  f"--storage.tsdb.path={self.folder / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+                 *self._extra_flags],
                 stdout=subprocess.DEVNULL, stderr=log, cwd=self.folder)
         try:
-            wait_until(self._ready, "Prometheus ready", timeout=30, every=0.2)
+            wait_until(self._ready, "Prometheus ready", timeout=self._start_timeout_s, every=0.2)
         except AssertionError:
             self.__exit__()
             raise AssertionError(

@@ -174,8 +174,7 @@ class _Request:
         self.paired_links = frozenset(link for link, _, _, _ in self.link_pairs or ())
         self.pcie_pair = next(((tx, rx, scale) for link, tx, rx, scale in self.link_pairs or ()
                                if link == PCIE_LINK), None)
-        # (name, scale, labels) of each metric, in order; and each of the three apart
-        self.meanings = tuple((metric.name, metric.scale, metric.labels) for metric in metrics)
+        # the name, scale and labels of each metric, in order
         self.names = tuple(metric.name for metric in metrics)
         self.scales = tuple(metric.scale for metric in metrics)
         self.labels = tuple(metric.labels for metric in metrics)
@@ -333,11 +332,12 @@ class GpmActivity:
             request.last = (values, tuple(readings))
         else:
             readings = [Reading(name, value * scale, labels)
-                        for (name, scale, labels), status, value
-                        in zip(request.meanings, statuses, values, strict=True)
+                        for name, scale, labels, status, value
+                        in zip(request.names, request.scales, request.labels, statuses, values,
+                               strict=True)
                         if status == success]
         figures = [None if slot is None or statuses[slot] != success
-                   else values[slot] * request.meanings[slot][1] for slot in request.view_slots]
+                   else values[slot] * request.scales[slot] for slot in request.view_slots]
         self.link_rates = self._rates(statuses, values, answered)
         if not self._pruned:
             # What a device does not offer (links it lacks, C2C off Grace) never appears later;

@@ -351,7 +351,8 @@ def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: int,
     by_link: list[list[Reading]] = [[] for _ in range(len(layout.nvlinks) + 1)]
     success, unsigned_int = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
     unsigned_long_long = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-    meanings = layout.meanings[first:first + len(request)] if first else layout.meanings
+    # the request's meanings: the zip below stops at the request's end
+    meanings = layout.meanings[first:] if first else layout.meanings
     for position, ((value_type, status, raw), (slot, metric, labels, scale)) in (
             enumerate(zip(_field_answers(values), meanings, strict=False), first)):
         if status == success:
