@@ -27,3 +27,12 @@ def test_reads_of_every_cycle_or_without_rates_are_kept_as_read() -> None:
     assert filled_in(every_cycle, [(0.5, 5.0), (1.5, 20.0)], 1.0) == every_cycle
     idle = [(0.0, 0.0), (10.0, 100.0)]
     assert filled_in(idle, [(5.0, 0.0)], 1.0) == idle  # GPM saw nothing move: evenly
+
+
+def test_after_the_last_read_the_counter_goes_on_as_gpm_saw_the_bytes_move() -> None:
+    reads = [(0.0, 0.0), (4.0, 400.0)]  # the recording ends at 8 s, before the next read
+    rates = [(float(t), 100.0 if t <= 4 else 50.0) for t in range(1, 9)]
+    points = dict(filled_in(reads, rates, 1.0))
+    assert [points[float(t)] for t in range(4, 9)] == [400.0, 450.0, 500.0, 550.0, 600.0]
+    # a read at the last cycle leaves nothing to go on from
+    assert filled_in([(0.0, 0.0), (1.0, 10.0)], [(1.0, 10.0)], 1.0) == [(0.0, 0.0), (1.0, 10.0)]

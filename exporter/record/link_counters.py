@@ -8,7 +8,9 @@ bytes evenly over it, so a burst of traffic would replay as a steady trickle.
 Where GPM measured the link's rate during a gap, the gap's bytes are spread
 the way GPM saw them move instead: the counter at each sample between two reads
 is the first read plus the gap's bytes in proportion to the bytes GPM measured
-by then. Each GPM rate stands for the interval before its sample.
+by then. After the last read the counter goes on by the bytes GPM measured
+since, so a recording that ends between two reads keeps its tail. Each GPM
+rate stands for the interval before its sample.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def filled_in(reads: Points, rates: Points, interval_s: float,
                 out.extend((t, first + (last - first) * part / moved[-1])
                            for t, part in zip(inside, moved, strict=False))
         out.append((end, last))
+    end, last = totals[-1]
+    after = [t for t in times if t > end]
+    if after and after[-1] - end > GAP_INTERVALS * interval_s:
+        # past the last read, up to the recording's end: the bytes GPM saw move since
+        out.extend((t, last + _integral(rates, times, end, t)) for t in after)
     return out
 
 
