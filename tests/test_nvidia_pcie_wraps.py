@@ -21,9 +21,12 @@ from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.backends.nvidia.interconnect import (
     PCIE_IO,
+    PCIE_MOST_EVER,
     WRAPS_UNKNOWN,
+    LinkLayout,
     hidden_wraps,
 )
+from ray_accel.exporter.backends.nvidia.probes import reading
 from ray_accel.exporter.health import unsupported
 from ray_accel.exporter.model import DeviceSample, NodeSnapshot
 from ray_accel.exporter.simulate import SimulatedHardware
@@ -154,3 +157,16 @@ def test_without_gpm_counters_read_faster_than_their_link_can_wrap_them_twice_co
 ])
 def test_hidden_wraps(delta, expected, most, wraps):
     assert hidden_wraps(delta, expected, most) == wraps
+
+
+def test_a_gpm_rate_that_cannot_be_true_counts_no_more_wraps_than_pcie_could_move() -> None:
+    unknown = LinkLayout()  # no generation or width read: the most any PCIe link moves
+    assert unknown.pcie_most == PCIE_MOST_EVER == 512e9
+    gen5_x16 = LinkLayout(pcie_max=(reading(m.PCIE_GENERATION, 5, state=m.PCIE_MAX),
+                                    reading(m.PCIE_WIDTH, 16, state=m.PCIE_MAX)))
+    assert gen5_x16.pcie_most == 64e9
+    for layout in (unknown, gen5_x16):
+        layout.counter_total(layout.pcie_at, 0, now=0.0)
+        layout.schedule.moved = (1e18, 0.0)  # a GPM answer no link could carry
+        total = layout.counter_total(layout.pcie_at, 100, now=1.0)
+        assert total == 100 + (layout.pcie_most - 100) // WRAP * WRAP

@@ -66,6 +66,7 @@ _HOST_FACTS = {"remote_type": "host"}  # what the PCIe link connects to (shared,
 WRAP = 2**32  # where a 32-bit counter wraps
 # PCIe signalling rate per lane by generation (GT/s)
 _PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0, 7: 128.0}
+PCIE_MOST_EVER = max(_PCIE_GT_PER_S.values()) * 1e9 / 8 * 32  # bytes/s: the newest, x32
 PCIE_IO = "pcie_io"  # the key of a sample's errors entry when PCIe byte counters are withheld
 WRAPS_UNKNOWN = "wraps_unknown"  # ... its kind where GPM could not tell how many wraps
 
@@ -84,14 +85,14 @@ class NvLinkFacts:
                 "remote_pci_bus_id": self.remote_pci_bus_id, "peer_uuid": peer_uuid}
 
 
-def pcie_most_bytes_per_s(max_readings: tuple[Reading, ...]) -> float | None:
+def pcie_most_bytes_per_s(max_readings: tuple[Reading, ...]) -> float:
     """The most bytes a second a PCIe link of the generation and width in `max_readings`
     (`pcie_max_readings`) can move a direction: its signalling rate, no encoding taken off,
-    so a bound; None where either is unknown."""
+    so a bound; where either is unknown, the most any PCIe link can (`PCIE_MOST_EVER`)."""
     found = {r.metric: r.value for r in max_readings}
     rate = _PCIE_GT_PER_S.get(int(found.get(m.PCIE_GENERATION, 0)))
     width = found.get(m.PCIE_WIDTH)
-    return None if rate is None or not width else rate * 1e9 / 8 * width
+    return PCIE_MOST_EVER if rate is None or not width else rate * 1e9 / 8 * width
 
 
 def hidden_wraps(delta: int, expected: float | None, most: float | None) -> int | None:
@@ -177,7 +178,7 @@ class LinkLayout:
     slow_values: Any = field(default=None, repr=False)
     pcie_values: Any = field(default=None, repr=False)
     pcie_at: int = 0  # where the PCIe byte counters are in `cycle_values` and `slow_values`
-    pcie_most: float | None = None  # the most bytes/s the PCIe link can move a direction
+    pcie_most: float = PCIE_MOST_EVER  # the most bytes/s the PCIe link can move a direction
     # NVLink index -> its slow readings (error counters, state) as last read
     slow_readings: dict[int, tuple[Reading, ...]] = field(default_factory=dict)
     schedule: CounterSchedule = field(default_factory=CounterSchedule)
