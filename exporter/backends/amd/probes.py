@@ -15,13 +15,12 @@ from typing import Any
 from ... import catalog as m
 from ...model import Reading
 from ..calls import reading
+from ..pcie import GENERATIONS
 from .calls import DeviceCalls, field, number
 
 MIB = 1024 * 1024
 MHZ = 1_000_000
 MICRO = 1e-6
-# PCIe transfer rate in MT/s per lane -> link generation
-PCIE_GENERATIONS = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
 # amdsmi_violation_status_t member -> throttle reason label. PPT (package power
 # tracking) is the power cap, NVIDIA's sw_power_cap; the thermal ones have no
 # NVIDIA counterpart and keep AMD's names.
@@ -137,8 +136,8 @@ def pcie(amd: DeviceCalls, handle: Any) -> Iterator[Reading]:
         return
     static, metric = info.get("pcie_static") or {}, info.get("pcie_metric") or {}
     speed = number(metric.get("pcie_speed"))
-    if speed is not None and int(speed) in PCIE_GENERATIONS:
-        yield reading(m.PCIE_GENERATION, PCIE_GENERATIONS[int(speed)], state=m.PCIE_CURRENT)
+    if speed is not None and int(speed) in GENERATIONS:
+        yield reading(m.PCIE_GENERATION, GENERATIONS[int(speed)], state=m.PCIE_CURRENT)
     generation = number(static.get("pcie_interface_version"))
     if generation is not None:
         yield reading(m.PCIE_GENERATION, generation, state=m.PCIE_MAX)

@@ -29,6 +29,7 @@ from ... import catalog as m
 from ...model import Labels, Link, Reading
 from ..base import read_timed
 from ..calls import NOT_SUPPORTED, text
+from ..pcie import MT_PER_S
 from .calls import DeviceCalls
 from .counter_reads import READ_NONE, READ_PCIE, CounterSchedule
 from .getters import scalar
@@ -64,9 +65,7 @@ _LINK_UP = (Reading(m.LINK_UP, 0.0), Reading(m.LINK_UP, 1.0))
 READ_SLOW = -1  # a `_counters` read of the byte counters with the slow-cadence fields
 _HOST_FACTS = {"remote_type": "host"}  # what the PCIe link connects to (shared, never changed)
 WRAP = 2**32  # where a 32-bit counter wraps
-# PCIe signalling rate per lane by generation (GT/s)
-_PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0, 7: 128.0}
-PCIE_MOST_EVER = max(_PCIE_GT_PER_S.values()) * 1e9 / 8 * 32  # bytes/s: the newest, x32
+PCIE_MOST_EVER = max(MT_PER_S.values()) * 1e6 / 8 * 32  # bytes/s: the newest, x32
 PCIE_IO = "pcie_io"  # the key of a sample's errors entry when PCIe byte counters are withheld
 WRAPS_UNKNOWN = "wraps_unknown"  # ... its kind where GPM could not tell how many wraps
 
@@ -90,9 +89,9 @@ def pcie_most_bytes_per_s(max_readings: tuple[Reading, ...]) -> float:
     (`pcie_max_readings`) can move a direction: its signalling rate, no encoding taken off,
     so a bound; where either is unknown, the most any PCIe link can (`PCIE_MOST_EVER`)."""
     found = {r.metric: r.value for r in max_readings}
-    rate = _PCIE_GT_PER_S.get(int(found.get(m.PCIE_GENERATION, 0)))
+    rate = MT_PER_S.get(int(found.get(m.PCIE_GENERATION, 0)))
     width = found.get(m.PCIE_WIDTH)
-    return PCIE_MOST_EVER if rate is None or not width else rate * 1e9 / 8 * width
+    return PCIE_MOST_EVER if rate is None or not width else rate * 1e6 / 8 * width
 
 
 def hidden_wraps(delta: int, expected: float | None, most: float | None) -> int | None:
