@@ -1,10 +1,12 @@
 """CPU of one cycle's eight device reads by the way they are handed to their workers, on the
 simulated 8xH200 node, in one process, the ways alternating round by round.
 
-- all at once: each read handed to its device's worker in one go (what the sampler does);
+- all at once: each read handed to its device's worker, each on its own thread, in one go;
 - paced: the caller hands out read i+1 once read i finished (or 30 ms passed), waking
   between two reads;
 - chained: read i's worker hands out read i+1 when it finishes (the caller wakes once);
+- one lane: each read handed to its device's worker, every worker on one shared thread
+  (what the sampler does while every device answers promptly, exporter/runner.py);
 - inline: the reads on the caller's own thread, no handoff at all: the floor.
 
 `python bench/device_handoff.py [cycles] [rounds]` prints, per way, the process CPU per cycle
@@ -24,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ray_accel.exporter.call_worker import Worker
+from ray_accel.exporter.call_worker import Lane, Worker
 from ray_accel.exporter.simulate import SimulatedHardware
 
 PAUSE_S = 0.05  # between cycles: the workers go back to sleep, as between two cycles
@@ -39,16 +41,24 @@ class Reads:
         self._sample = sample
         self._devices = list(devices)
         self._workers = [Worker(f"ray-accel-bench-{i}") for i in range(len(self._devices))]
+        self._lane = Lane("ray-accel-bench")
+        self._lane_workers = [Worker(f"ray-accel-bench-lane-{i}", self._lane)
+                              for i in range(len(self._devices))]
 
     def _taken(self) -> None:
         for worker in self._workers:
             worker.take_result()
 
-    def all_at_once(self) -> None:
-        started = [w.submit(self._sample, d) for w, d in zip(self._workers, self._devices,
+    def all_at_once(self, workers: Sequence[Worker] | None = None) -> None:
+        workers = self._workers if workers is None else workers
+        started = [w.submit(self._sample, d) for w, d in zip(workers, self._devices,
                                                              strict=True)]
         futures.wait(started, timeout=WAIT_S)
-        self._taken()
+        for worker in workers:
+            worker.take_result()
+
+    def one_lane(self) -> None:
+        self.all_at_once(self._lane_workers)
 
     def paced(self) -> None:
         started = []
@@ -79,6 +89,7 @@ class Reads:
     def shutdown(self) -> None:
         for worker in self._workers:
             worker.shutdown()
+        self._lane.close()
 
 
 def cpu_per_cycle(cycle: Callable[[], object], cycles: int) -> tuple[float, float]:
@@ -100,7 +111,7 @@ def main(cycles: int = 100, rounds: int = 6) -> dict[str, dict[str, object]]:
     backend = NvidiaBackend()
     reads = Reads(backend.sample, backend.open())
     ways = {"all at once": reads.all_at_once, "paced": reads.paced,
-            "chained": reads.chained, "inline": reads.inline}
+            "chained": reads.chained, "one lane": reads.one_lane, "inline": reads.inline}
     cpu: dict[str, list[float]] = {way: [] for way in ways}
     switches: dict[str, list[float]] = {way: [] for way in ways}
     try:

@@ -1,9 +1,10 @@
 """Keeps the C heap's free space small: few malloc arenas, freed memory handed back.
 
 glibc keeps memory the agent has freed in its arenas, by default one more for
-each thread that allocates (up to eight per core); with a worker thread per
-device and snapshots replaced every cycle, each arena holds free space of its
-own and the resident size moves by a few MiB although nothing leaks.
+each thread that allocates (up to eight per core); with vendor calls, sampling
+and serving on threads of their own and snapshots replaced every cycle, each
+arena holds free space of its own and the resident size moves by a few MiB
+although nothing leaks.
 `limit_malloc_arenas` caps them before the threads start, `fix_mmap_threshold`
 keeps large blocks out of them; `malloc_trim(0)` returns the free pages now and
 then. Where the C library has neither (musl),

@@ -1,14 +1,17 @@
 """One backend inside the sampler: opening it, discovering and reading each device on its own.
 
-Every device is read on its own worker thread (exporter/call_worker.py), at most
-one call in flight per device, so a vendor call that hangs holds up only that
-device: the cycle ends at its deadline and the device is reported stale. Opening runs the same way:
-the library's open is one bounded step (retried on its own schedule), and a
-backend that splits opening (`Backend.open_library`) has each device
-identified on that device's worker, so a device that hangs from its first
-call is listed as stale ("discovery: not answering") while the others report,
-and joins when it answers. A device that is down or stale keeps its counters
-(exporter/carry.py).
+Vendor calls run off the sampler's thread (exporter/call_worker.py), at most one call
+in flight per device. Devices that answer promptly share one read thread, read one
+after another; a read still running when the cycle ends keeps that thread for its own
+device from then on, and every other device moves to a new shared thread (those
+queued behind it miss that one cycle, well within `stale_after_s`). So a vendor call that
+hangs holds up only its device: the cycle ends at its deadline and the device is
+reported stale. Opening runs the same way: the library's open is one bounded step
+(retried on its own schedule), and a backend that splits opening
+(`Backend.open_library`) has each device identified on a thread of that device's own,
+so a device that hangs from its first call is listed as stale ("discovery: not
+answering") while the others report, and joins when it answers. A device that is down
+or stale keeps its counters (exporter/carry.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .backends.base import (
     ErrorTally,
     Undiscovered,
 )
-from .call_worker import Worker
+from .call_worker import Lane, Worker
 from .carry import carried
 from .model import BackendStatus, Device, DeviceSample
 from .rates import with_link_rates
@@ -90,13 +93,16 @@ class BackendRunner:
     first_reads: set[str] = field(default_factory=set)  # read by a discovery job in flight
     answered_at: dict[str, float] = field(default_factory=dict)  # taken_at of the last answer
     stale: set[str] = field(default_factory=set)
+    alone: set[str] = field(default_factory=set)  # were late on the shared lane: their own now
     said_down: set[str] = field(default_factory=set)  # devices whose loss has been logged
     opener: Worker | None = None
     next_open_at: float = 0.0
     readings: ReadingValidator = field(init=False)
+    lane: Lane = field(init=False)  # the read thread that devices answering promptly share
 
     def __post_init__(self) -> None:
         self.opener = Worker(f"ray-accel-open-{self.backend.name}")
+        self.lane = Lane(f"ray-accel-{self.backend.name}")
         self.readings = ReadingValidator(self.backend.errors, self.backend.name)
 
     # -- one cycle ---------------------------------------------------------------
@@ -129,6 +135,7 @@ class BackendRunner:
                 self._take_first_reads(future.result(), tally)
             else:
                 self._take_sample(self._sample_result(device, future, tally))
+        self._isolate_late()
         for device in self.devices:
             discovery = self.undiscovered.get(device.uuid)
             if discovery is not None:
@@ -174,6 +181,7 @@ class BackendRunner:
     def shutdown(self) -> None:
         for worker in self.workers.values():
             worker.shutdown()
+        self.lane.close()
         self.opener.shutdown()
 
     # -- opening -----------------------------------------------------------------
@@ -219,14 +227,47 @@ class BackendRunner:
 
     def _list(self, items: list[Device | Undiscovered]) -> None:
         for item in items:
-            device = item.placeholder if isinstance(item, Undiscovered) else item
             if isinstance(item, Undiscovered):
+                device = item.placeholder
                 self.undiscovered[device.uuid] = _Discovery(item)
+                worker = self._worker(device)  # identified on a thread of its own
+            else:
+                device, worker = item, self._worker(item, self.lane)
             self.devices.append(device)
-            self.workers[device.uuid] = self._worker(device)
+            self.workers[device.uuid] = worker
 
-    def _worker(self, device: Device) -> Worker:
-        return Worker(f"ray-accel-{self.backend.name}-{device.index}")
+    def _worker(self, device: Device, lane: Lane | None = None) -> Worker:
+        """The device's worker: on `lane` (shared), or on a thread of its own."""
+        return Worker(f"ray-accel-{self.backend.name}-{device.index}", lane)
+
+    def _reader(self, device: Device) -> Worker:
+        """The worker for the device's next read: the shared lane's, unless the device was
+        late there once (its own from then on) or its own worker has a call to finish."""
+        worker = self.workers[device.uuid]
+        if worker.lane is self.lane or device.uuid in self.alone or not worker.idle:
+            return worker
+        worker.shutdown()
+        worker = self.workers[device.uuid] = self._worker(device, self.lane)
+        return worker
+
+    def _isolate_late(self) -> None:
+        """A read still running on the shared lane when the cycle ends makes that lane its
+        device's own; the reads queued behind it are withdrawn, and the other devices read
+        on a new shared lane from the next cycle."""
+        device = next((d for d in self.devices
+                       if (worker := self.workers[d.uuid]).lane is self.lane and worker.running),
+                      None)
+        if device is None:
+            return
+        late = self.workers[device.uuid]
+        late.keep_lane()
+        self.alone.add(device.uuid)
+        self.lane = Lane(self.lane.name)
+        for worker in self.workers.values():
+            if worker is not late and worker.lane is late.lane:
+                worker.withdraw()
+        log.debug("%s device %s (%s) was late: it reads on a thread of its own",
+                  self.backend.name, device.index, device.uuid)
 
     # -- devices -----------------------------------------------------------------
 
@@ -234,13 +275,13 @@ class BackendRunner:
         pending = []
         for device in self.devices:
             discovery = self.undiscovered.get(device.uuid)
-            worker = self.workers[device.uuid]
             if device.uuid in self.first_reads:
                 continue  # its discovery job reads it first
             if discovery is None:
-                future = worker.submit(self.backend.sample, device)
+                future = self._reader(device).submit(self.backend.sample, device)
             elif now >= discovery.retry_at:
-                future = worker.submit(self._discover_and_sample, discovery.pending)
+                future = self.workers[device.uuid].submit(self._discover_and_sample,
+                                                          discovery.pending)
                 if future is not None:
                     discovery.reason, discovery.failed = NOT_ANSWERING, False
             else:

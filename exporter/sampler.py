@@ -1,8 +1,9 @@
 """Background sampling: one cycle per interval, one snapshot per cycle.
 
-Each backend runs in a BackendRunner (exporter/runner.py): every device is
-opened and read on its own worker thread, so a vendor call that hangs holds up
-only its device, and the cycle ends at its deadline whatever hangs.
+Each backend runs in a BackendRunner (exporter/runner.py): its vendor calls run
+off this thread, and a device late on the read thread the others share moves to one
+of its own, so a vendor call that hangs holds up only its device, and the cycle ends
+at its deadline whatever hangs.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -29,6 +31,7 @@ class ScriptedBackend(Backend):
         self.failures_before_open = opens_after
         self.hang = {}  # uuid -> threading.Event that releases the read
         self.reads = {d.uuid: 0 for d in self.devices}
+        self.read_on: dict[str, int] = {}  # uuid -> the thread of its last read
         self.lost: set[str] = set()
 
     def open(self):
@@ -39,6 +42,7 @@ class ScriptedBackend(Backend):
 
     def sample(self, device: Device) -> DeviceSample:
         self.reads[device.uuid] += 1
+        self.read_on[device.uuid] = threading.get_ident()
         if device.uuid in self.hang:
             self.hang[device.uuid].wait(30)
         if device.uuid in self.lost:
@@ -101,13 +105,24 @@ def _run_until(sampler: Sampler, done, timeout: float = 10.0):
         time.sleep(sampler.interval_s)
 
 
+@contextmanager
+def _hanging(backend: ScriptedBackend, uuid: str) -> Iterator[None]:
+    """`uuid`'s reads hang inside the block; released (and its read let finish) after it."""
+    release = threading.Event()
+    backend.hang[uuid] = release
+    try:
+        yield
+    finally:
+        release.set()
+        del backend.hang[uuid]
+        time.sleep(0.05)
+
+
 def test_hung_device_is_stale_while_others_keep_reporting():
     backend = ScriptedBackend()
-    release = threading.Event()
     sampler = Sampler([backend], SnapshotStore(), interval_s=0.1)
     sampler.run_cycle()  # opens and reads every device once
-    backend.hang["dev-1"] = release
-    try:
+    with _hanging(backend, "dev-1"):
         snapshot = _run_until(sampler, lambda s: _by_uuid(s)["dev-1"].stale)
         devices = _by_uuid(snapshot)
         assert devices["dev-0"].up and devices["dev-2"].up
@@ -119,12 +134,30 @@ def test_hung_device_is_stale_while_others_keep_reporting():
         assert backend.reads["dev-1"] == 2
         assert backend.reads["dev-0"] == snapshot.cycle
         assert snapshot.error_counts[("agent", "stale", "scripted.sample")] == 1
-    finally:
-        release.set()
-    del backend.hang["dev-1"]
-    time.sleep(0.05)
     recovered = _run(sampler, 2)
     assert _by_uuid(recovered)["dev-1"].up
+
+
+def test_devices_share_one_read_thread_until_one_is_late():
+    backend = ScriptedBackend(devices=4)
+    sampler = Sampler([backend], SnapshotStore(), interval_s=0.1)
+    _run(sampler, 3)
+    assert len(set(backend.read_on.values())) == 1
+    shared = backend.read_on["dev-0"]
+    with _hanging(backend, "dev-1"):
+        snapshot = _run_until(sampler, lambda s: _by_uuid(s)["dev-1"].stale)
+        devices = _by_uuid(snapshot)
+        assert devices["dev-2"].up and devices["dev-3"].up and not devices["dev-2"].stale
+        # dev-1 kept the thread it hung on; the others moved to a new one, together
+        assert backend.read_on["dev-1"] == shared
+        assert backend.read_on["dev-2"] == backend.read_on["dev-3"] == backend.read_on["dev-0"]
+        assert backend.read_on["dev-0"] != shared
+        # the reads queued behind the late one missed that one cycle, and only that one
+        assert backend.reads["dev-0"] == snapshot.cycle
+        assert backend.reads["dev-2"] == backend.reads["dev-3"] == snapshot.cycle - 1
+    recovered = _run(sampler, 2)
+    assert _by_uuid(recovered)["dev-1"].up
+    assert backend.read_on["dev-1"] == shared != backend.read_on["dev-2"]
 
 
 def test_backend_down_until_driver_appears_then_up():

@@ -142,8 +142,8 @@ def _samples_stale(config: AlertConfig) -> Rule:
                     "vendor calls hang or the agent is overloaded.",
         runbook=Runbook(
             meaning="The device's last values are older than they should be. The agent "
-                    "reads every device in its own worker so that a hung call stalls only "
-                    "that device; this alert is that stall.",
+                    "gives a device whose read is late a thread of its own, so that a hung "
+                    "call stalls only that device; this alert is that stall.",
             causes=("A driver call that hangs on a sick device (often before it is lost).",
                     "A lost device (`RayAcceleratorDeviceLost` fires too): the agent keeps "
                     "exporting its counters at their last values, so their age grows.",
