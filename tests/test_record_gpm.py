@@ -1,4 +1,5 @@
-"""The GPM part of the real-hardware record (tools/record_gpm.py), taken on the simulated H200.
+"""The GPM and call-cost parts of the real-hardware record (tools/record_gpm.py,
+tools/record_call_costs.py), taken on the simulated H200.
 
 docs/real-gpu/real-gpu.json was recorded before the recorder learned GPM, so it
 has no `gpm` section yet: until a lent GPU records one, these tests check the
@@ -34,10 +35,15 @@ def _recorder() -> Any:
 
 
 @pytest.fixture(scope="module")
-def simulated() -> dict[str, Any]:
+def recorded() -> dict[str, Any]:
     with SimulatedHardware.start("hgx-h200") as hardware:
         hardware.activate()
-        return _recorder().record()["gpm"]
+        return _recorder().record()
+
+
+@pytest.fixture(scope="module")
+def simulated(recorded) -> dict[str, Any]:
+    return recorded["gpm"]
 
 
 def _succeeded(metrics: dict[str, Any]) -> set[int]:
@@ -99,3 +105,15 @@ def test_the_fake_answers_the_gpm_calls_the_real_gpu_answered(simulated):
         assert metric_id in _succeeded(simulated_metrics), metric_id
         assert simulated_metrics[str(metric_id)]["unit"] == real_metrics[str(metric_id)][
             "unit"], metric_id
+
+
+def test_the_costly_calls_are_timed_one_by_one_on_the_cpu_they_spend(recorded):
+    """tools/record_call_costs.py on the simulated H200, whose energy read spends 5 ms of
+    CPU (busy) a call and whose power read is free: each repeat is timed on its own."""
+    costs = recorded["call_costs"]
+    energy = costs["nvmlDeviceGetTotalEnergyConsumption"]
+    assert len(energy) == 10 and all("error" not in call for call in energy)
+    assert all(call["cpu_us"] >= 4000 for call in energy)
+    assert all(call["cpu_us"] < 1000 for call in costs["nvmlDeviceGetPowerUsage"])
+    assert {"nvmlDeviceGetFieldValues[197,198]", "nvmlDeviceGetPcieReplayCounter",
+            "nvmlDeviceGetProcessUtilization"} <= set(costs)

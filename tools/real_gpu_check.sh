@@ -10,7 +10,8 @@
 # Ray itself is not needed. While a matrix-multiply load (with 1 GiB copied each way
 # over PCIe every round) runs on GPU 0 it writes to
 # OUT_DIR: real-gpu.json (tools/record_real_gpu.py; its `gpm` section holds every GPM
-# call, with what each cost, from tools/record_gpm.py), benchmarks-real-gpu.md
+# call, with what each cost, from tools/record_gpm.py, and its `call_costs` the
+# agent's costly calls timed ten times each, from tools/record_call_costs.py), benchmarks-real-gpu.md
 # (bench/run.py --real-gpu, and its .json), metrics.txt (the agent's /metrics),
 # agent-cpu.txt (its CPU share at a 1 s interval), nvidia-smi's view, and
 # recorded-scenario.json (`ray-accel record`, 60 s) with metrics-replay.txt from an

@@ -23,7 +23,7 @@ import pynvml
 INTERVAL_S = 1.0
 
 
-def _timed(call: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+def timed(call: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
     """call()'s answer (or None) and what it cost, with the NVML error if it raised."""
     wall, cpu = time.perf_counter(), time.thread_time()
     entry: dict[str, Any] = {}
@@ -51,13 +51,13 @@ class _Source:
         self.calls: dict[str, Any] = {}
 
     def take(self, name: str) -> None:
-        sample, self.calls[f"alloc_{name}"] = _timed(pynvml.nvmlGpmSampleAlloc)
+        sample, self.calls[f"alloc_{name}"] = timed(pynvml.nvmlGpmSampleAlloc)
         if sample is None:
             return
         if self.gpu_instance is None:
-            taken, self.calls[name] = _timed(lambda: pynvml.nvmlGpmSampleGet(self.handle, sample))
+            taken, self.calls[name] = timed(lambda: pynvml.nvmlGpmSampleGet(self.handle, sample))
         else:
-            taken, self.calls[name] = _timed(lambda: pynvml.nvmlGpmMigSampleGet(
+            taken, self.calls[name] = timed(lambda: pynvml.nvmlGpmMigSampleGet(
                 self.handle, self.gpu_instance, sample))
         self.samples.append(sample if taken is not None else None)
         if self.gpu_instance is None:
@@ -72,7 +72,7 @@ class _Source:
         for slot in range(request.numMetrics):
             request.metrics[slot].metricId = slot + 1
         request.sample1, request.sample2 = self.samples
-        answered, self.calls["metrics_get"] = _timed(lambda: pynvml.nvmlGpmMetricsGet(request))
+        answered, self.calls["metrics_get"] = timed(lambda: pynvml.nvmlGpmMetricsGet(request))
         if answered is None:
             return
         self.calls["metrics"] = {
@@ -87,12 +87,12 @@ class _Source:
     def free(self) -> None:
         for i, sample in enumerate(self.samples):
             if sample is not None:
-                _, self.calls[f"free_{i}"] = _timed(lambda s=sample: pynvml.nvmlGpmSampleFree(s))
+                _, self.calls[f"free_{i}"] = timed(lambda s=sample: pynvml.nvmlGpmSampleFree(s))
 
 
 def _pcie_counters(handle: Any) -> dict[str, Any]:
     """Fields 197/198 as the driver answers them (value type and raw value), and the cost."""
-    answer, entry = _timed(lambda: pynvml.nvmlDeviceGetFieldValues(
+    answer, entry = timed(lambda: pynvml.nvmlDeviceGetFieldValues(
         handle, [pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]))
     for value in answer or ():
         entry[str(value.fieldId)] = {"return": value.nvmlReturn, "type": value.valueType,
@@ -123,7 +123,7 @@ def record_gpm() -> dict[str, Any]:
     sources: list[_Source] = []
     for index in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        support, entry = _timed(lambda h=handle: pynvml.nvmlGpmQueryDeviceSupport(h))
+        support, entry = timed(lambda h=handle: pynvml.nvmlGpmQueryDeviceSupport(h))
         if support is not None:
             entry["isSupportedDevice"] = support.isSupportedDevice
         gpu = _Source(handle, None)

@@ -9,8 +9,10 @@ topology and one sample exactly as the agent sees them (values in base units,
 absent ones listed under `errors`), plus the raw answers of the calls whose
 shape the simulated library has to match (memory structs, field values,
 encoder sampling period, NVLink version, fabric info, MIG index behaviour),
-under `gpm` every GPM call with what it cost (tools/record_gpm.py), and under
-`fabric_v3` each GPU's fabric info as the agent reads it every cycle (v3 struct).
+under `gpm` every GPM call with what it cost (tools/record_gpm.py), under
+`call_costs` what the agent's costly calls cost when repeated
+(tools/record_call_costs.py), and under `fabric_v3` each GPU's fabric info as
+the agent reads it every cycle (v3 struct).
 Comparing it with the same document taken on simulated hardware
 (`--simulate hgx-h200`) shows where the fake differs from the real thing.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib
 import json
 import sys
 import time
@@ -115,14 +118,12 @@ def board_fact_calls(handle: Any) -> dict[str, Any]:
     return calls
 
 
-def _record_gpm() -> dict[str, Any]:
-    """Every GPM call on every GPU and GPU instance (tools/record_gpm.py, next to this file)."""
+def _sibling(name: str) -> Any:
+    """The module `name` of the tools folder, next to this file."""
     folder = str(Path(__file__).resolve().parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    from record_gpm import record_gpm
-
-    return record_gpm()
+    return importlib.import_module(name)
 
 
 def record() -> dict[str, Any]:
@@ -145,7 +146,10 @@ def record() -> dict[str, Any]:
         "topology": render(devices, legend=False),
         "snapshot": snapshot_document(snapshot),
         "raw": raw,
-        "gpm": _record_gpm(),
+        # every GPM call on every GPU and GPU instance
+        "gpm": _sibling("record_gpm").record_gpm(),
+        # the costly calls, repeated on GPU 0
+        "call_costs": _sibling("record_call_costs").record_call_costs(),
         "fabric_v3": fabric,
     }
     backend.close()
