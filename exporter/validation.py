@@ -39,6 +39,7 @@ import math
 import sys
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from . import catalog as m
 from .backends.base import ErrorTally
@@ -63,6 +64,7 @@ _COUNTERS = frozenset(s.name for s in m.CATALOG if s.kind is m.Kind.COUNTER)
 # Each catalog metric's scope and own label names, for the check that the catalog knows it.
 _SHAPES = {s.name: (s.scope.value, frozenset(s.labels)) for s in m.CATALOG}
 _NUMBERS = (float, int)
+_METRIC, _LABELS = attrgetter("metric"), attrgetter("labels")
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,26 @@ class _Passed:
     track_counters: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """The metrics and labels of a run of readings the catalog describes, and their rules."""
+
+    metrics: tuple[str, ...]
+    labels: tuple[tuple, ...]
+    rules: tuple[_Rule, ...]
+
+
+def _fitting_rule(reading: Reading, scope: str) -> _Rule | None:
+    """The reading's catalog rule if the catalog describes it at `scope`, else None."""
+    rule = _RULES.get(reading.metric)
+    if rule is None or rule.scope != scope:
+        return None
+    for name, label in reading.labels:
+        if name not in rule.own or type(label) is not str:
+            return None
+    return rule
+
+
 @dataclass
 class _DeviceChecks:
     """What the validator remembers of one device: its counters and what it has logged."""
@@ -200,6 +222,7 @@ class _DeviceChecks:
     counters: dict[CounterKey, _CounterHistory] = field(default_factory=dict)
     logged: set[str] = field(default_factory=set)
     passed: dict[CounterKey, _Passed] = field(default_factory=dict)  # by where they are
+    layouts: dict[CounterKey, _Layout] = field(default_factory=dict)  # by where they are
 
     def forget_counters(self) -> None:
         """A lost or reset device: its counters may start again from anywhere."""
@@ -214,9 +237,23 @@ class _DeviceChecks:
         return history.accepts(value)
 
     def forget_processes_except(self, pids: set[int]) -> None:
-        for table in (self.counters, self.passed):
+        for table in (self.counters, self.passed, self.layouts):
             for key in [k for k in table if k[0] == "process" and k[1] not in pids]:
                 del table[key]
+
+    def rules_for(self, readings: tuple[Reading, ...],
+                  where: CounterKey) -> tuple[_Rule | None, ...]:
+        """Each reading's catalog rule where the catalog describes it at `where` (its metric,
+        its scope and its labels), else None; looked up again only when the metrics or labels
+        there are not those of the last readings there that the catalog described."""
+        metrics, labels = tuple(map(_METRIC, readings)), tuple(map(_LABELS, readings))
+        layout = self.layouts.get(where)
+        if layout is not None and layout.metrics == metrics and layout.labels == labels:
+            return layout.rules
+        rules = tuple(_fitting_rule(reading, where[0]) for reading in readings)
+        if None not in rules:
+            self.layouts[where] = _Layout(metrics, labels, rules)
+        return rules
 
 
 @dataclass
@@ -230,25 +267,18 @@ class _SampleCheck:
 
     def keep(self, readings: tuple[Reading, ...], where: CounterKey) -> tuple[Reading, ...]:
         """The readings that can be true (`readings` itself when all can)."""
-        scope, limits = where[0], self.limits
+        limits = self.limits
         passed = self.device.passed.get(where)
         if (passed is not None and passed.readings is readings
                 and passed.track_counters == self.track_counters and passed.limits == limits):
             return readings
+        rules = self.device.rules_for(readings, where)
         kept: list[Reading] | None = None  # made at the first reading refused
-        for position, reading in enumerate(readings):
-            # The common case inline (it runs on every reading of every cycle): a catalog
-            # metric of this scope with its own labels, a finite value within its bounds.
-            rule = _RULES.get(reading.metric)
+        for position, (reading, rule) in enumerate(zip(readings, rules, strict=True)):
+            # The common case inline (it runs on every reading of every cycle): a reading the
+            # catalog describes here (`rule`), a finite value within its bounds.
             value = reading.value
-            labels_fit = True
-            if rule is not None:
-                for name, label in reading.labels:
-                    if name not in rule.own or type(label) is not str:
-                        labels_fit = False
-                        break
-            if (labels_fit and rule is not None and rule.scope == scope
-                    and type(value) in _NUMBERS and rule.low <= value <= rule.high
+            if (rule is not None and type(value) in _NUMBERS and rule.low <= value <= rule.high
                     and (rule.bound_by is None or rule.bound_by not in limits
                          or value <= rule.factor * limits[rule.bound_by])):
                 accepted = (not rule.counter or not self.track_counters

@@ -22,6 +22,7 @@ from ray_accel.exporter.sampler import Sampler
 from ray_accel.exporter.sinks.prometheus import snapshot_text
 from ray_accel.exporter.store import SnapshotStore
 from ray_accel.exporter.validation import (
+    BAD_LABELS,
     COUNTER_DECREASED,
     NOT_FINITE,
     OUT_OF_RANGE,
@@ -182,6 +183,21 @@ def test_link_counters_are_checked_per_link_and_direction(checked):
     assert [[(r.metric, r.value) for r in lk.readings] for lk in out.links] == [
         [(m.LINK_UP, 1.0)], [(m.LINK_IO, 60.0)]]
     assert tally.snapshot() == {(COUNTER_DECREASED, m.LINK_IO): 1, (OUT_OF_RANGE, m.LINK_UP): 1}
+
+
+def test_labels_that_go_wrong_after_good_cycles_are_refused_then(checked):
+    """What the catalog was found to describe at a place is looked up again when the
+    metrics or labels there change: a label name or value gone wrong is refused."""
+    validator, tally = checked
+    for _ in range(2):
+        assert validator.check(_sample(*SANE)).readings == SANE
+    for wrong in ((("zone", "gpu"),), (("sensor", 3),)):
+        changed = tuple(Reading(r.metric, r.value, wrong) if r.metric == m.TEMPERATURE else r
+                        for r in SANE)
+        out = validator.check(_sample(*changed))
+        assert m.TEMPERATURE not in _values(out) and len(out.readings) == len(SANE) - 1
+    assert tally.snapshot() == {(BAD_LABELS, m.TEMPERATURE): 2}
+    assert validator.check(_sample(*SANE)).readings == SANE
 
 
 def test_readings_handed_back_unchanged_are_checked_again_when_what_bounds_them_changed(
