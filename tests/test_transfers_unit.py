@@ -246,6 +246,7 @@ class ScriptedCluster:
                                  gcs_address="x:2", session_dir="/tmp/s", labels={},
                                  visible_devices={"CUDA_VISIBLE_DEVICES": None}, is_head=True)
         self.tasks = tasks
+        self.listings = 0  # actor_tasks calls
         self.states: dict[str, str] = {}
         self._workers = [RayWorkerInfo(pid=7, worker_id="w7", job_id="01000000",
                                        actor_id=PRODUCER, worker_type="WORKER",
@@ -259,6 +260,7 @@ class ScriptedCluster:
         return []
 
     def actor_tasks(self, timeout_s=5.0):
+        self.listings += 1
         return self.tasks
 
     def actor_states(self, actor_ids, timeout_s=2.0):
@@ -297,6 +299,21 @@ def test_refresher_reports_calls_pairs_on_the_head_and_counts_aborts():
     refresher = AttributionRefresher(lambda: ray, transfers=TransferSettings())
     ray.tasks = shape
     assert refresher.refresh().transfers == ()  # only the head's agent pairs, by default
+    assert ray.listings == 5
+
+
+def test_a_node_without_actors_that_does_not_pair_lists_no_actor_tasks():
+    from ray_accel.exporter.attribution.refresher import AttributionRefresher, TransferSettings
+
+    ray = ScriptedCluster([task("send", PRODUCER, time.time() - 20)])
+    ray.node = replace(ray.node, is_head=False)
+    ray._workers = [replace(ray._workers[0], actor_id="")]  # a task's worker, no actor
+    attribution = AttributionRefresher(lambda: ray, transfers=TransferSettings()).refresh()
+    assert ray.listings == 0 and attribution.rdt_calls == ()
+    assert any(s.name == "transfers" and s.up for s in attribution.sources)
+    ray._workers = [replace(ray._workers[0], actor_id=PRODUCER)]
+    attribution = AttributionRefresher(lambda: ray, transfers=TransferSettings()).refresh()
+    assert ray.listings == 1 and [c.task.task_id for c in attribution.rdt_calls] == ["send"]
 
 
 def test_calls_to_aborted_actors_are_no_transfers_and_count_no_second_abort():

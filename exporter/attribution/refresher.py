@@ -146,16 +146,20 @@ class AttributionRefresher:
         """The attribution with this node's long-running `__ray_call__`s and, when this
         agent pairs (the head's, by default), the cluster's transfers."""
         settings = self.transfer_settings
-        try:
-            tasks = sources.actor_tasks(timeout_s=self._timeout_s)
-        except RaySourceError as error:
-            return replace(attribution, sources=(*attribution.sources,
-                                                 SourceStatus(TRANSFERS, False, str(error))))
-        now = time.time()
         local = frozenset(w.actor_id for w in workers if w.actor_id)
-        calls = long_running_calls(tasks, now, settings.report_after_s, local_actors=local)
         pairs = settings.pairing == "always" or (settings.pairing == "auto"
                                                   and sources.node.is_head)
+        # The cluster's actor tasks are listed by the head's dashboard: a node with no
+        # actor, whose agent does not pair, has no call of its own among them to report.
+        tasks: list[ActorTask] = []
+        if local or pairs:
+            try:
+                tasks = sources.actor_tasks(timeout_s=self._timeout_s)
+            except RaySourceError as error:
+                return replace(attribution, sources=(*attribution.sources,
+                                                     SourceStatus(TRANSFERS, False, str(error))))
+        now = time.time()
+        calls = long_running_calls(tasks, now, settings.report_after_s, local_actors=local)
         transfers = (self._aborts.alive(pair_transfers(
             tasks, now, settings.stall_after_s, report_after_s=settings.report_after_s))
                      if pairs else ())
