@@ -413,6 +413,33 @@ FINDINGS = [
     "API every 2 s) 0.12 %, grpcio's own threads 0.08 %, the event loop 0.08 %: 1.78 %. "
     "A head's rounds asking for /api/v1/summary add its build, 5-6 ms per new cycle, "
     "every 5 s.",
+    "",
+    "The next round (2026-12-02): each device worker had switched context about 22 times "
+    "a second, once per NVML call that released the interpreter while eight workers "
+    "contended for it. Devices that answer promptly are now read one after another on one "
+    "thread per backend (exporter/runner.py; a read still running at a cycle's end keeps "
+    "that thread for its device, and the others move to a new one). bench/device_handoff.py "
+    "(four rounds, load 0): the eight reads cost 2.76 ms of CPU per cycle on one shared "
+    "thread against 6.19 ms on a thread each (2.24 ms on the caller's own thread, the "
+    "floor), 7 context switches per cycle against 220. Two standalone agents side by side "
+    "(240 s, load 0.2, /proc per thread): 1.06 % against 1.36 %, 5 threads against 12; the "
+    "read thread 0.63 % (the eight workers 1.0 % before), the sampler thread 0.31 %, the "
+    "XID watcher 0.05 %, the event loop 0.05 %. Where the 1.06 % goes (perf, 60 s of the "
+    "same cycle in one process at 1 s): the simulated driver's CPU (the scenario's delays: "
+    "energy 2 ms a second, field values 0.9 ms, process utilization 0.67 ms, PCIe replays "
+    "0.28 ms) a third, the interpreter running the agent's Python half, the kernel a tenth. "
+    "The reading checks now remember what the catalog describes at each place and check "
+    "only values while the metrics and labels there stay the same: 0.54 against 0.62 ms "
+    "per cycle. With Ray attribution (90 s, load 0.5, threads by /proc comm): 1.59 %: the "
+    "read thread 0.66 %, the sampler 0.36 %, the attribution refresher 0.21 % (each 2 s the "
+    "raylet's GetNodeStats and two State API listings, about a third each), grpcio's four "
+    "`event_engine` threads 0.23 % (28 wake-ups a second between them), the event loop "
+    "0.09 %, the XID watcher 0.04 %. With grpcio's EventEngine client turned off "
+    "(`GRPC_EXPERIMENTS=-event_engine_client`) its threads took 0.08 % in one 60 s run; not "
+    "adopted: an experiment's name is not a stable interface. The simulated driver's "
+    "energy read (5 ms of CPU each, every 20 s per GPU, from one real H200 call of 7.6 ms) "
+    "is a fifth of the standalone agent: tools/record_call_costs.py times it ten times on "
+    "the next lent GPU.",
 ]
 
 
