@@ -27,7 +27,6 @@ from .model import DeviceSample
 
 PCIE = m.LINK_PCIE
 NVLINK = m.LINK_NVLINK
-GENERAL = m.TASK_GENERAL
 DEFAULT_WINDOW_S = 30.0
 DEFAULT_BUSY_UTILIZATION = 0.8
 DEFAULT_FLAT_BYTES_PER_S = 1024.0 * 1024.0
@@ -40,12 +39,6 @@ class CollectiveStallSettings:
     window_s: float = DEFAULT_WINDOW_S
     busy_utilization: float = DEFAULT_BUSY_UTILIZATION
     flat_bytes_per_s: float = DEFAULT_FLAT_BYTES_PER_S
-
-
-def _utilization(sample: DeviceSample) -> float | None:
-    return next((r.value for r in sample.readings
-                 if r.metric == m.GPU_UTILIZATION and dict(r.labels).get("task") == GENERAL),
-                None)
 
 
 def _measured_rate(sample: DeviceSample) -> float | None:
@@ -99,14 +92,13 @@ class CollectiveStallDetector:
         for sample in samples:
             uuid = sample.device.uuid
             seen.add(uuid)
-            utilization = _utilization(sample) if sample.up else None
-            rate = interconnect_rate(sample) if sample.up else None
-            if utilization is None or rate is None:
+            view = activity_of(sample) if sample.up else None
+            rate = interconnect_rate(sample) if view is not None else None
+            if view is None or view.utilization is None or rate is None:
                 self._since.pop(uuid, None)
                 continue
-            spinning = (utilization >= settings.busy_utilization
-                        and rate <= settings.flat_bytes_per_s
-                        and not activity_of(sample).computing)
+            spinning = (view.utilization >= settings.busy_utilization
+                        and rate <= settings.flat_bytes_per_s and not view.computing)
             if spinning:
                 since = self._since.setdefault(uuid, sample.taken_at)
                 verdicts[uuid] = sample.taken_at - since >= settings.window_s
