@@ -12,6 +12,7 @@ Prometheus' CPU time for them, and the samples it read (`stats=all`). Run by han
     .venv/bin/python bench/history_queries.py --nodes 100 300 --window 1d
     .venv/bin/python bench/history_queries.py --nodes 10000 --window 7d --ranges 7d \
         --recorded-only
+    .venv/bin/python bench/history_queries.py --nodes 1000 10000 --window 10m --rule-cost
 
 It prints a Markdown table; its figures are in docs/benchmarks.md, section 5.
 """
@@ -43,7 +44,7 @@ from ray_accel.dashboard_module.prometheus_history import (
     scope_queries,
 )
 from ray_accel.exporter import catalog as m
-from ray_accel.grafana.alerts.recording import INTERVAL_S, record_name
+from ray_accel.grafana.alerts.recording import INTERVAL_S, record_name, recording_rules
 from ray_accel.grafana.promql import duration, metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
@@ -55,12 +56,12 @@ _SCOPE = f'SessionName="{SESSION}",ray_io_cluster="{CLUSTER}"'
 DEVICES_PER_NODE = 8
 RAW_INTERVAL_S = 60
 REPEATS = 3
-# The raw series of each device the cluster scope reads, by `_device_values` key
+# The raw series of each device the cluster scope reads, by `device_values` key
 RAW_FAMILIES = {"utilization": m.GPU_UTILIZATION, "memory": m.MEMORY_USAGE, "power": m.POWER,
                 "up": m.DEVICE_UP, "idle": m.ALLOCATION_IDLE, "allocation": m.ALLOCATION}
 
 
-def _device_values(device: int, tick: int) -> dict[str, float]:
+def device_values(device: int, tick: int) -> dict[str, float]:
     """Deterministic readings of one device at one raw sample."""
     return {"utilization": ((device * 7 + tick * 13) % 101) / 100,
             "memory": float(((device * 3 + tick) % 80) * 10**9),
@@ -80,7 +81,7 @@ def _families(devices: int, ticks: range, start: int) -> Iterator[str]:
         yield f"# TYPE {name} gauge\n"
         for tick in ticks:
             at = start + tick * RAW_INTERVAL_S
-            yield "".join(f"{name}{{{labels[d]}{extra}}} {_device_values(d, tick)[key]!r} {at}\n"
+            yield "".join(f"{name}{{{labels[d]}{extra}}} {device_values(d, tick)[key]!r} {at}\n"
                           for d in range(devices))
     allocation = metric(RAW_FAMILIES["allocation"])
     yield f"# TYPE {allocation} gauge\n"
@@ -92,7 +93,7 @@ def _families(devices: int, ticks: range, start: int) -> Iterator[str]:
 
 def _fleet_parts(devices: int, tick: int) -> dict[str, float]:
     """The recorded series' values at one raw sample, the devices' values summed."""
-    values = [_device_values(d, tick) for d in range(devices)]
+    values = [device_values(d, tick) for d in range(devices)]
     return {"utilization_sum": sum(v["utilization"] for v in values),
             "utilization_count": float(devices),
             "memory_used_bytes": sum(v["memory"] for v in values),
@@ -237,6 +238,29 @@ async def _values(served: PrometheusServer, history: PrometheusHistory, range_na
     return found
 
 
+def rule_costs(served: PrometheusServer, at: int) -> dict[str, Any]:
+    """One evaluation of the recording group's rules at `at` (each as the instant query
+    Prometheus runs for it, one after another as a group runs them), REPEATS times: the
+    medians of the round's wall time, Prometheus' CPU and the samples it read."""
+    async def evaluate(session: aiohttp.ClientSession, expr: str) -> int:
+        form = {"query": expr, "time": str(at), "stats": "all"}
+        async with session.post(f"{served.url}/api/v1/query", data=form) as reply:
+            answer = json.loads(await reply.read())
+        if answer.get("status") != "success" or not answer["data"]["result"]:
+            raise RuntimeError(f"{expr}: {answer.get('error', 'no result')}")
+        return answer["data"]["stats"]["samples"]["totalQueryableSamples"]
+
+    async def one_round() -> dict[str, Any]:
+        cpu, began = _cpu_s(served), time.perf_counter()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+            samples = [await evaluate(session, expr) for expr in recording_rules().values()]
+        return {"wall_s": time.perf_counter() - began, "cpu_s": _cpu_s(served) - cpu,
+                "samples": sum(samples)}
+
+    rounds = [asyncio.run(one_round()) for _ in range(REPEATS)]
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[100, 300])
@@ -245,6 +269,9 @@ def main() -> int:
     parser.add_argument("--recorded-only", action="store_true",
                         help="backfill only the recording rules' series (of that many nodes' "
                              "devices) and query only them: what the tab reads at any size")
+    parser.add_argument("--rule-cost", action="store_true",
+                        help="instead, time one evaluation of the recording rules over the "
+                             "backfilled device series (back-fill a short --window, e.g. 10m)")
     args = parser.parse_args()
     ways = (True,) if args.recorded_only else (False, True)
     from ray_accel.grafana.promql import parse_duration
@@ -252,6 +279,10 @@ def main() -> int:
     window_s = int(parse_duration(args.window))
     print(f"load before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", file=sys.stderr)
     rows = []
+    if args.rule_cost:
+        print("| Nodes x 8 devices | One evaluation of the rules: wall | Prometheus CPU | "
+              f"samples read | CPU share at one evaluation every {INTERVAL_S:g} s |")
+        print("|---|---|---|---|---|")
     for nodes in args.nodes:
         with tempfile.TemporaryDirectory(prefix="history-bench-") as folder:
             now = time.time()
@@ -260,6 +291,12 @@ def main() -> int:
             samples = backfill(Path(folder), nodes, window_s, end, args.recorded_only)
             built = time.perf_counter() - began
             with _served(Path(folder)) as served:
+                if args.rule_cost:
+                    cost = rule_costs(served, end)
+                    print(f"| {nodes:,} x 8 | {cost['wall_s'] * 1000:.0f} ms | "
+                          f"{cost['cpu_s'] * 1000:.0f} ms | {cost['samples']:,} | "
+                          f"{cost['cpu_s'] / INTERVAL_S:.3f} core |", flush=True)
+                    continue
                 for range_name in args.ranges:
                     figures = measure(served, range_name, now, ways)
                     check = agree(served, range_name, now, raw_too=not args.recorded_only)
@@ -268,6 +305,8 @@ def main() -> int:
                                       "backfill_s": round(built, 1), **figures, **check}),
                           file=sys.stderr, flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    if args.rule_cost:
+        return 0
     print(f"| Nodes x 8 devices | Backfilled ({duration(window_s)} at 60 s) | Range | "
           "Raw: wall / Prometheus CPU / samples read | Recorded: wall / CPU / samples read | "
           "Tab read recorded |")
