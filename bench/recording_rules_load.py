@@ -108,7 +108,7 @@ def _own(prom: PrometheusServer, name: str) -> float | None:
     return None
 
 
-def measure(nodes: int, seconds: float) -> dict[str, float]:
+def measure(nodes: int, seconds: float, rules: Path = RULES) -> dict[str, float]:
     body = exposition(nodes)
     target = _Target(body)
     threading.Thread(target=target.serve_forever, daemon=True).start()
@@ -121,7 +121,7 @@ def measure(nodes: int, seconds: float) -> dict[str, float]:
               f"    static_configs: [{{targets: ['127.0.0.1:{target.server_address[1]}']}}]\n")
     try:
         with tempfile.TemporaryDirectory(prefix="rules-bench-") as folder, PrometheusServer(
-                config, Path(folder), rule_files={RULES.name: RULES.read_text()},
+                config, Path(folder), rule_files={RULES.name: rules.read_text()},
                 start_timeout_s=120) as prom:
             presence = record_name(PRESENCE_PART)
             wait_until(lambda: prom.query(presence), "the recorded series", timeout=600)
@@ -153,13 +153,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--rules", type=Path, default=RULES,
+                        help="the recording rules file (the generated one)")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", file=sys.stderr)
     print("| Nodes x 8 devices | Series scraped (body) | Scrape | Rule group evaluation "
           "(median / max) | Prometheus CPU (scrapes, rules, head) | Prometheus memory |")
     print("|---|---|---|---|---|---|")
     for nodes in args.nodes:
-        f = measure(nodes, args.seconds)
+        f = measure(nodes, args.seconds, args.rules)
         assert f["devices_recorded"] == nodes * DEVICES_PER_NODE, f
         print(f"| {nodes:,} x 8 | {f['series']:,} ({f['body_mib']:.0f} MiB) | "
               f"{f['scrape_s'] * 1000:.0f} ms | {f['rules_s'] * 1000:.0f} / "

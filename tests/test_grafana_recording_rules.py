@@ -43,7 +43,7 @@ def test_promtool_accepts_the_recording_rules_and_their_tests_pass():
 
 @needs_promtool
 def test_the_unit_tests_fail_on_a_wrong_rule(tmp_path):
-    wrong = (FOLDER / RULES).read_text().replace("== 0) or", "== 1) or")
+    wrong = (FOLDER / RULES).read_text().replace("== bool 0)", "== bool 1)")
     assert wrong != (FOLDER / RULES).read_text()
     (tmp_path / RULES).write_text(wrong)
     (tmp_path / TESTS).write_text((FOLDER / TESTS).read_text())

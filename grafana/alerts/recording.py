@@ -59,10 +59,11 @@ def cluster_parts(sel: Selector, by: str = "") -> dict[str, str]:
         "utilization_count": f"count{by} ({sel(m.GPU_UTILIZATION, general)})",
         "memory_used_bytes": f"sum{by} ({sel(m.MEMORY_USAGE)})",
         "power_watts": f"sum{by} ({sel(m.POWER)})",
-        # zero where devices report and none is idle/down; absent where none reports
+        # zero where devices report and none is idle; absent where none reports
         "idle_allocations": f"sum{by} ({sel(m.ALLOCATION_IDLE)} * {sel(m.ALLOCATION)}) "
                             f"or {devices} * 0",
-        "devices_down": f"count{by} ({sel(m.DEVICE_UP)} == 0) or {devices} * 0",
+        # 1 per device down, 0 per device up: one selector, present wherever devices report
+        "devices_down": f"sum{by} ({sel(m.DEVICE_UP)} == bool 0)",
     }
 
 
