@@ -70,24 +70,33 @@ def device_values(device: int, tick: int) -> dict[str, float]:
             "idle": 1.0 if (device + tick) % 5 == 0 else 0.0}
 
 
-def _families(devices: int, ticks: range, start: int) -> Iterator[str]:
-    """OpenMetrics text of the raw series, then of the recorded ones."""
+def device_series(devices: int, ticks: range, start: int | None = None) -> Iterator[str]:
+    """OpenMetrics text of the devices' raw series over `ticks`, `start` the first tick's
+    timestamp (None: one scrape's text, without timestamps)."""
     names = {key: metric(otel_name) for key, otel_name in RAW_FAMILIES.items()
              if key != "allocation"}
     labels = [f'{_SCOPE},ray_node_id="n{d // DEVICES_PER_NODE:05d}",uuid="GPU-{d:06d}"'
               for d in range(devices)]
+
+    def at(tick: int) -> str:
+        return "" if start is None else f" {start + tick * RAW_INTERVAL_S}"
+
     for key, name in names.items():
         extra = ',task="general"' if key == "utilization" else ',pid="4000"' * (key == "idle")
         yield f"# TYPE {name} gauge\n"
         for tick in ticks:
-            at = start + tick * RAW_INTERVAL_S
-            yield "".join(f"{name}{{{labels[d]}{extra}}} {device_values(d, tick)[key]!r} {at}\n"
-                          for d in range(devices))
+            yield "".join(f"{name}{{{labels[d]}{extra}}} {device_values(d, tick)[key]!r}"
+                          f"{at(tick)}\n" for d in range(devices))
     allocation = metric(RAW_FAMILIES["allocation"])
     yield f"# TYPE {allocation} gauge\n"
     for tick in ticks:
-        at = start + tick * RAW_INTERVAL_S
-        yield "".join(f'{allocation}{{{labels[d]},pid="4000"}} 1.0 {at}\n' for d in range(devices))
+        yield "".join(f'{allocation}{{{labels[d]},pid="4000"}} 1.0{at(tick)}\n'
+                      for d in range(devices))
+
+
+def _families(devices: int, ticks: range, start: int) -> Iterator[str]:
+    """OpenMetrics text of the raw series, then of the recorded ones."""
+    yield from device_series(devices, ticks, start)
     yield from _recorded(devices, ticks, start)
 
 

@@ -28,13 +28,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ray_accel.exporter import catalog as m
 from ray_accel.grafana.alerts.recording import GROUP_NAME, INTERVAL_S, PRESENCE_PART, record_name
-from ray_accel.grafana.promql import metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from history_queries import CLUSTER, DEVICES_PER_NODE, SESSION, device_values
+from history_queries import DEVICES_PER_NODE, device_series
 from prometheus_server import PrometheusServer, wait_until
 
 RULES = Path(__file__).resolve().parents[1] / "grafana" / "generated" / "prometheus" / \
@@ -44,23 +42,7 @@ WARM_ITERATIONS = 3
 
 def exposition(nodes: int) -> bytes:
     """The device series of `nodes` x 8 devices, as the agents label them (one scrape)."""
-    scope = f'SessionName="{SESSION}",ray_io_cluster="{CLUSTER}"'
-    devices = nodes * DEVICES_PER_NODE
-    labels = [f'{scope},ray_node_id="n{d // DEVICES_PER_NODE:05d}",uuid="GPU-{d:06d}"'
-              for d in range(devices)]
-    values = [device_values(d, 0) for d in range(devices)]
-    families = {"utilization": (m.GPU_UTILIZATION, ',task="general"'),
-                "memory": (m.MEMORY_USAGE, ""), "power": (m.POWER, ""),
-                "up": (m.DEVICE_UP, ""), "idle": (m.ALLOCATION_IDLE, ',pid="4000"')}
-    lines = []
-    for key, (otel_name, extra) in families.items():
-        name = metric(otel_name)
-        lines.append(f"# TYPE {name} gauge\n")
-        lines.extend(f"{name}{{{labels[d]}{extra}}} {values[d][key]!r}\n" for d in range(devices))
-    allocation = metric(m.ALLOCATION)
-    lines.append(f"# TYPE {allocation} gauge\n")
-    lines.extend(f'{allocation}{{{labels[d]},pid="4000"}} 1.0\n' for d in range(devices))
-    return "".join(lines).encode()
+    return "".join(device_series(nodes * DEVICES_PER_NODE, range(1))).encode()
 
 
 class _Target(http.server.ThreadingHTTPServer):

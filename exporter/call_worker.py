@@ -90,12 +90,10 @@ class Worker:
         """A call of this worker's is running now (not queued, not finished)."""
         return self._future is not None and self._future.running()
 
-    def withdraw(self) -> bool:
-        """Cancel the call still queued on the lane; False if it started or there is none."""
+    def withdraw(self) -> None:
+        """Cancel the call still queued on the lane, if any (one that started runs on)."""
         if self._future is not None and self._future.cancel():
             self._future = None
-            return True
-        return False
 
     def keep_lane(self) -> None:
         """Make the lane this worker's own (it is closed with the worker)."""
