@@ -378,8 +378,9 @@ CATALOG: tuple[MetricSpec, ...] = (
           "the environment and the devices (NVLink fabric, TPU slice name).",
           "zone", "region", "rack", "slice", "nvlink_domain", "node_pool", scope=Scope.AGENT),
     _gauge(ATTRIBUTION_UP, "",
-           "1 when the given Ray source (discovery, raylet, state_api) answered the last "
-           "attribution refresh, else 0; while 0, series lack the labels it provides.",
+           "1 when the given Ray source (discovery, raylet, workers: their running tasks, "
+           "state_api: task names, transfers: the pairing agent's task listing) answered "
+           "the last time it was asked, else 0; while 0, series lack the labels it provides.",
            "source", scope=Scope.AGENT),
     _gauge(ATTRIBUTION_AGE, "s", "Seconds since the Ray attribution was last refreshed.",
            scope=Scope.AGENT),

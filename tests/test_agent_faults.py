@@ -147,8 +147,10 @@ def _attribution_up(agent: AgentProcess) -> dict[str, float]:
     return {s.labels["source"]: s.value for s in _series(body, "ray_accelerator_attribution_up")}
 
 
-# The agent asks the State API for unfinished actor tasks too (transfers, docs/transfers.md).
-ALL_UP = {"raylet": True, "state_api": True, "transfers": True}
+# The head's agent asks its workers for their tasks and, pairing transfers, the State API
+# for the cluster's unfinished actor tasks (docs/transfers.md). An idle holder runs no
+# task, so no task is looked up by id (`state_api` is reported once one is).
+ALL_UP = {"raylet": True, "workers": True, "transfers": True}
 
 
 def _sources(doc: dict) -> dict[str, bool]:
@@ -158,7 +160,7 @@ def _sources(doc: dict) -> dict[str, bool]:
 @pytest.mark.ray
 def test_raylet_and_gcs_stop_and_come_back(ray_node, tmp_path):
     cluster, hardware = ray_node
-    # A GPU holder makes the agent ask the State API (served through the GCS) too.
+    # The pairing agent's State API listing is served through the GCS.
     driver = start_driver(cluster, tmp_path / "job", "idle")
     args = ("--ray-address", cluster.gcs_address, "--interval", "0.3",
             "--attribution-interval", "0.3")
@@ -166,7 +168,7 @@ def test_raylet_and_gcs_stop_and_come_back(ray_node, tmp_path):
         with AgentProcess(*args, env=hardware.environ(), ray=True) as agent:
             agent.wait_for(lambda d: _sources(d) == ALL_UP,
                            timeout=60)
-            for daemon, source in (("/raylet", "raylet"), ("/gcs_server", "state_api")):
+            for daemon, source in (("/raylet", "raylet"), ("/gcs_server", "transfers")):
                 frozen = _daemon_pid(daemon, cluster)
                 os.kill(frozen, signal.SIGSTOP)
                 try:

@@ -92,8 +92,10 @@ def test_holders_carry_the_ids_workers_see(agent, workload):
 
 def test_running_task_is_named_on_its_process(agent, workload):
     (task,) = roles(workload, "task")
+    # The id comes from the worker; the name from the State API once the task has run
+    # through two refreshes.
     doc = agent.wait_for(lambda d: any(
-        p["pid"] == task["pid"] and p["ray_task_id"]
+        p["pid"] == task["pid"] and p["task_name"]
         for dev in d["devices"] for p in dev["processes"]), timeout=60)
     process = next(p for dev in doc["devices"] for p in dev["processes"]
                    if p["pid"] == task["pid"])

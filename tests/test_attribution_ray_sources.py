@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import grpc
@@ -43,8 +43,8 @@ from ray_accel.exporter.attribution.ray_sources import (
     RaySources,
     RayWorkerInfo,
     ResourceGrant,
-    RunningTask,
 )
+from ray_accel.exporter.attribution.transfers import ActorTask
 
 HEAD_CUDA = ("3", "1", "0", "2")
 SECOND_CUDA = (
@@ -249,13 +249,13 @@ def _devices(grants: tuple[ResourceGrant, ...], visible: tuple[str, ...]) -> lis
     return [visible[grant.slot] for grant in grants]
 
 
-def _wait_for_tasks(sources: RaySources, task_ids: set[str]) -> dict[str, RunningTask]:
+def _detail_once_running(sources: RaySources, task_id: str) -> ActorTask | None:
     # Workers report task state changes to the GCS about once a second.
     deadline = time.monotonic() + 30
     while True:
-        running = {t.task_id: t for t in sources.running_tasks()}
-        if task_ids <= running.keys() or time.monotonic() > deadline:
-            return running
+        detail = sources.task_detail(task_id)
+        if (detail is not None and detail.running) or time.monotonic() > deadline:
+            return detail
         time.sleep(0.5)
 
 
@@ -389,25 +389,45 @@ def test_actor_class_and_name(sources: RaySources, workload: Workload):
 
 
 @pytest.mark.ray
-def test_running_tasks_name_their_pids(sources: RaySources, workload: Workload):
+def test_workers_name_the_tasks_they_run(sources: RaySources, workload: Workload):
+    workers = _by_pid(sources.workers())
     step, task = workload.step, workload.task
-    running = _wait_for_tasks(sources, {step["task_id"], task["task_id"]})
-    assert running[step["task_id"]] == RunningTask(
-        task_id=step["task_id"],
-        name="Trainer.step",
-        job_id=step["job_id"],
-        actor_id=step["actor_id"],
-        pid=step["pid"],
-    )
-    assert running[task["task_id"]] == RunningTask(
-        task_id=task["task_id"],
-        name="long_task",
-        job_id=task["job_id"],
-        actor_id="",
-        pid=task["pid"],
-    )
-    # Only RUNNING tasks: the finished identity() calls are not listed.
-    assert all(t.pid in {step["pid"], task["pid"]} for t in running.values())
+    # The Trainer runs `step` (its finished identity() calls are gone); the task's worker its task.
+    assert sources.running_task_ids(workers[step["pid"]]) == (step["task_id"],)
+    assert sources.running_task_ids(workers[task["pid"]]) == (task["task_id"],)
+    idle_half = workers[workload.reports["halves"][0]["pid"]]
+    assert sources.running_task_ids(idle_half) == ()
+    # Counts that move when a task starts or ends, so unchanged workers need not be asked.
+    executed, running = workers[step["pid"]].task_counts
+    assert running == 1 and executed >= 2
+
+
+@pytest.mark.ray
+def test_task_detail_says_what_a_running_task_is(sources: RaySources, workload: Workload):
+    step, task = workload.step, workload.task
+    detail = _detail_once_running(sources, step["task_id"])
+    assert (detail.name, detail.state, detail.actor_id, detail.job_id, detail.pid) == (
+        "Trainer.step", "RUNNING", step["actor_id"], step["job_id"], step["pid"])
+    assert detail.started_at is not None and not detail.is_system_call
+    plain = _detail_once_running(sources, task["task_id"])
+    assert (plain.name, plain.actor_id, plain.pid) == ("long_task", "", task["pid"])
+    assert sources.task_detail("ab" * 24) is None
+
+
+@pytest.mark.ray
+def test_a_reply_from_another_worker_is_refused(sources: RaySources, workload: Workload):
+    trainer = _by_pid(sources.workers())[workload.step["pid"]]
+    impostor = replace(trainer, worker_id="ab" * 28)
+    with pytest.raises(RaySourceError, match="answered instead"):
+        sources.running_task_ids(impostor)
+
+
+@pytest.mark.ray
+def test_frozen_worker_times_out_then_recovers(sources: RaySources, workload: Workload):
+    trainer = _by_pid(sources.workers())[workload.step["pid"]]
+    with _stopped(trainer.pid), pytest.raises(RaySourceError, match=r"worker .* no answer"):
+        sources.running_task_ids(trainer, timeout_s=1)
+    assert sources.running_task_ids(trainer) == (workload.step["task_id"],)
 
 
 @pytest.mark.ray
@@ -447,9 +467,8 @@ def test_frozen_gcs_times_out_then_recovers(cluster: Cluster, sources: RaySource
 def test_frozen_dashboard_times_out_then_recovers(cluster: Cluster, sources, workload):
     dashboard = pid_of("dashboard/dashboard.py", str(cluster.root))
     with _stopped(dashboard), pytest.raises(RaySourceError, match="State API"):
-        sources.running_tasks(timeout_s=1)
-    running = _wait_for_tasks(sources, {workload.task["task_id"]})
-    assert running[workload.task["task_id"]].pid == workload.task["pid"]
+        sources.task_detail(workload.task["task_id"], timeout_s=1)
+    assert _detail_once_running(sources, workload.task["task_id"]).pid == workload.task["pid"]
 
 
 @pytest.mark.ray
@@ -478,4 +497,4 @@ def test_closed_sources_refuse_calls(cluster: Cluster, workload):
     with pytest.raises(RaySourceError, match="closed"):
         found.workers()
     with pytest.raises(RaySourceError, match="closed"):
-        found.running_tasks()
+        found.task_detail(workload.task["task_id"])

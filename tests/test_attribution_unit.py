@@ -6,7 +6,8 @@ the real one is exercised against a real Ray cluster in test_attribution_ray.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -31,6 +32,7 @@ from ray_accel.exporter.attribution.ray_sources import (
 )
 from ray_accel.exporter.attribution.refresher import AttributionRefresher
 from ray_accel.exporter.attribution.slots import assign_holders, slot_devices
+from ray_accel.exporter.attribution.transfers import ActorTask
 from ray_accel.exporter.model import (
     BackendStatus,
     Device,
@@ -131,6 +133,8 @@ class ScriptedRay:
     tasks_result: list = field(default_factory=list)
     raylet_error: str = ""
     state_error: str = ""
+    asked_workers: list = field(default_factory=list)  # pids asked for their running tasks
+    looked_up: list = field(default_factory=list)  # task ids asked of the State API
     node: LocalRayNode = field(default_factory=lambda: LocalRayNode(
         node_id="ab" * 28, node_ip="127.0.0.1", raylet_address="127.0.0.1:1",
         gcs_address="127.0.0.1:2", session_dir="/tmp/s", labels={},
@@ -141,10 +145,21 @@ class ScriptedRay:
             raise RaySourceError(self.raylet_error)
         return self.workers_result
 
-    def running_tasks(self, timeout_s=5.0):
+    def running_task_ids(self, worker, timeout_s=2.0):
+        self.asked_workers.append(worker.pid)
+        return tuple(t.task_id for t in self.tasks_result if t.pid == worker.pid)
+
+    def task_detail(self, task_id, timeout_s=5.0):
         if self.state_error:
             raise RaySourceError(self.state_error)
-        return self.tasks_result
+        self.looked_up.append(task_id)
+        task = next((t for t in self.tasks_result if t.task_id == task_id), None)
+        return task and ActorTask(task.task_id, task.name, "RUNNING", task.job_id, task.actor_id,
+                                  "", self.node.node_id, task.pid, created_at=time.time() - 10,
+                                  started_at=time.time() - 10)
+
+    def forget_workers(self, kept):
+        pass
 
     def close(self):
         pass
@@ -159,29 +174,80 @@ def _worker(pid, slot, quantity=1.0, actor=""):
 def test_refresher_joins_workers_tasks_and_slots():
     ray = ScriptedRay([_worker(100, 0, actor="act1"), _worker(200, 1, 0.5)],
                       [RunningTask("task-a", "Trainer.step", "01000000", "act1", 100)])
-    attribution = AttributionRefresher(lambda: ray).refresh()
+    refresher = AttributionRefresher(lambda: ray)
+    first = refresher.refresh()
+    # The task's id comes from its worker at once; its name once it is still running.
+    assert (first.identity(100).task_id, first.identity(100).task_name) == ("task-a", "")
+    assert ray.looked_up == []
+    attribution = refresher.refresh()
     assert attribution.node_id == "ab" * 28
-    assert [s.up for s in attribution.sources] == [True, True]
+    assert [(s.name, s.up) for s in attribution.sources] == [
+        ("raylet", True), ("workers", True), ("state_api", True)]
     identity = attribution.identity(100)
     assert (identity.actor_class, identity.task_id, identity.task_name) == (
         "Trainer", "task-a", "Trainer.step")
     holders = assign_holders(GPUS, attribution.visible_devices, attribution.grants)
     assert [h.identity.pid for h in holders["GPU-2222-aaaa"]] == [100]
     assert holders["GPU-0000-aaaa"][0].fraction == 0.5
+    # Later refreshes ask neither the workers, whose task counts stand still, nor the head.
+    for _ in range(3):
+        assert refresher.refresh().identity(100).task_name == "Trainer.step"
+    assert (ray.asked_workers, ray.looked_up) == ([100, 200], ["task-a"])
+
+
+def test_workers_are_asked_again_when_their_tasks_move_and_short_tasks_are_never_looked_up():
+    worker = _worker(100, 0)
+    ray = ScriptedRay([worker], [RunningTask("t1", "step", "01000000", "", 100)])
+    refresher = AttributionRefresher(lambda: ray)
+    assert refresher.refresh().identity(100).task_id == "t1"
+    for n, task_id in enumerate(("t2", "t3", "t4"), start=1):
+        # one short task after another: each seen by one refresh only
+        ray.workers_result = [replace(worker, task_counts=(n, 1))]
+        ray.tasks_result = [RunningTask(task_id, "step", "01000000", "", 100)]
+        assert refresher.refresh().identity(100).task_id == task_id
+    assert ray.asked_workers == [100] * 4 and ray.looked_up == []
+    ray.workers_result = [replace(worker, task_counts=(4, 0))]
+    ray.tasks_result = []
+    assert refresher.refresh().identity(100).task_id == ""
 
 
 def test_refresher_degrades_per_source_and_recovers():
-    ray = ScriptedRay([_worker(100, 0)], [], raylet_error="raylet at 127.0.0.1:1 unreachable")
+    ray = ScriptedRay([_worker(100, 0)], [RunningTask("t1", "step", "01000000", "", 100)],
+                      raylet_error="raylet at 127.0.0.1:1 unreachable")
     refresher = AttributionRefresher(lambda: ray)
     down = refresher.refresh()
     assert down.sources == (SourceStatus("raylet", False, "raylet at 127.0.0.1:1 unreachable"),)
     assert not down.knows_allocations and down.identities == {}
     ray.raylet_error, ray.state_error = "", "state API failed"
+    refresher.refresh()
     partial = refresher.refresh()
-    assert partial.identity(100).worker_id == "w100" and partial.identity(100).task_id == ""
-    assert [s.up for s in partial.sources] == [True, False]
+    # The id still comes from the worker; only the name waits for the State API.
+    assert (partial.identity(100).task_id, partial.identity(100).task_name) == ("t1", "")
+    assert [(s.name, s.up) for s in partial.sources] == [
+        ("raylet", True), ("workers", True), ("state_api", False)]
     ray.state_error = ""
-    assert all(s.up for s in refresher.refresh().sources)
+    recovered = refresher.refresh()
+    assert all(s.up for s in recovered.sources)
+    assert recovered.identity(100).task_name == "step"
+
+
+def test_a_worker_that_fails_costs_only_its_own_task():
+    ray = ScriptedRay([_worker(100, 0), _worker(200, 1)],
+                      [RunningTask("t1", "a", "01000000", "", 100),
+                       RunningTask("t2", "b", "01000000", "", 200)])
+    answer = ray.running_task_ids
+
+    def failing_for_200(worker, timeout_s=2.0):
+        if worker.pid == 200:
+            raise RaySourceError("worker 200 at 127.0.0.1:9: no answer within 5.0 s")
+        return answer(worker, timeout_s)
+
+    ray.running_task_ids = failing_for_200
+    attribution = AttributionRefresher(lambda: ray).refresh()
+    assert (attribution.identity(100).task_id, attribution.identity(200).task_id) == ("t1", "")
+    assert attribution.identity(200).worker_id == "w200"  # still attributed, without its task
+    assert SourceStatus("workers", False, "worker 200 at 127.0.0.1:9: no answer within 5.0 s"
+                        ) in attribution.sources
 
 
 def test_refresher_without_ray_reports_discovery_down_and_retries_later():
@@ -263,6 +329,28 @@ def test_json_snapshot_lists_holders():
 def test_names_can_be_left_out_of_labels():
     ray = ScriptedRay([_worker(100, 0, actor="act1")],
                       [RunningTask("task-a", "Trainer.step", "01000000", "act1", 100)])
-    identity = AttributionRefresher(lambda: ray, names=False).refresh().identity(100)
+    refresher = AttributionRefresher(lambda: ray, names=False)
+    refresher.refresh()
+    identity = refresher.refresh().identity(100)
     assert (identity.actor_class, identity.actor_name, identity.task_name) == ("", "", "")
     assert (identity.actor_id, identity.task_id) == ("act1", "task-a")
+    assert ray.looked_up == []  # without names the head is not asked what tasks are
+
+
+def test_the_head_is_asked_about_a_few_tasks_a_refresh_and_again_until_it_knows_them():
+    ray = ScriptedRay([_worker(100 + n, n) for n in range(6)],
+                      [RunningTask(f"t{n}", f"step{n}", "01000000", "", 100 + n) for n in range(6)])
+    late = ray.task_detail
+    ray.task_detail = lambda task_id, timeout_s=5.0: (
+        replace(late(task_id), state="PENDING_NODE_ASSIGNMENT", started_at=None)
+        if task_id == "t0" and ray.looked_up.count("t0") < 1 else late(task_id))
+    refresher = AttributionRefresher(lambda: ray)
+    refresher.refresh()
+    second = refresher.refresh()  # four lookups at most; t0's row has not seen it start yet
+    assert ray.looked_up == ["t0", "t1", "t2", "t3"]
+    assert [second.identity(100 + n).task_name for n in range(6)] == [
+        "", "step1", "step2", "step3", "", ""]
+    third = refresher.refresh()
+    assert ray.looked_up == ["t0", "t1", "t2", "t3", "t0", "t4", "t5"]
+    assert [third.identity(100 + n).task_name for n in range(6)] == [
+        f"step{n}" for n in range(6)]

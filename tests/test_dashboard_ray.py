@@ -98,8 +98,9 @@ def test_served_on_the_dashboard_port_behind_rays_token(cluster, dashboard, agen
     assert actor["actor_class"] == "IdleHolder" and actor["pid"] == idle["pid"]
     assert [d["index"] for d in actor["devices"]] == idle["gpu_ids"]
     task = workload.identities["task"]
+    # named once the task has run through two of the agent's attribution refreshes
     found = wait_json(f"{dashboard}/accelerators/api/tasks/{task['task_id']}", token,
-                      lambda t: t["devices"])
+                      lambda t: t["devices"] and t["task_name"])
     assert found["task_name"] == "preprocess"
     # Ray's own pages are untouched
     assert get(f"{dashboard}/api/version", token)[0] == 200

@@ -233,7 +233,8 @@ def test_sinks_export_transfers_calls_and_suspected_stalls():
 
 
 class ScriptedCluster:
-    """Stands in for RaySources: one head node with the producer, the State API's tasks."""
+    """Stands in for RaySources: one head node with the producer, the State API's tasks
+    (the producer's worker runs those of its actor that have started)."""
 
     def __init__(self, tasks: list[ActorTask]) -> None:
         from ray_accel.exporter.attribution.ray_sources import (
@@ -256,8 +257,14 @@ class ScriptedCluster:
     def workers(self, timeout_s=2.0):
         return self._workers
 
-    def running_tasks(self, timeout_s=5.0):
-        return []
+    def running_task_ids(self, worker, timeout_s=2.0):
+        return tuple(t.task_id for t in self.tasks if t.actor_id == worker.actor_id and t.running)
+
+    def task_detail(self, task_id, timeout_s=5.0):
+        return next((t for t in self.tasks if t.task_id == task_id), None)
+
+    def forget_workers(self, kept):
+        pass
 
     def actor_tasks(self, timeout_s=5.0):
         self.listings += 1
@@ -279,6 +286,7 @@ def test_refresher_reports_calls_pairs_on_the_head_and_counts_aborts():
                   name=t.name, state=t.state) for t in stalled_shape(12)]
     ray = ScriptedCluster(shape)
     refresher = AttributionRefresher(lambda: ray, transfers=TransferSettings(stall_after_s=10))
+    refresher.refresh()  # a call is looked up once a second refresh sees it running
     first = refresher.refresh()
     assert [c.task.task_id for c in first.rdt_calls] == ["send"]  # only this node's actor
     (transfer,) = first.transfers
@@ -299,21 +307,27 @@ def test_refresher_reports_calls_pairs_on_the_head_and_counts_aborts():
     refresher = AttributionRefresher(lambda: ray, transfers=TransferSettings())
     ray.tasks = shape
     assert refresher.refresh().transfers == ()  # only the head's agent pairs, by default
-    assert ray.listings == 5
+    assert ray.listings == 5  # and only it lists the cluster's actor tasks
 
 
-def test_a_node_without_actors_that_does_not_pair_lists_no_actor_tasks():
+def test_an_agent_that_does_not_pair_finds_its_calls_without_listing_the_cluster():
     from ray_accel.exporter.attribution.refresher import AttributionRefresher, TransferSettings
 
-    ray = ScriptedCluster([task("send", PRODUCER, time.time() - 20)])
+    ray = ScriptedCluster([task("send", PRODUCER, time.time() - 20, time.time() - 20),
+                           task("queued", PRODUCER, time.time() - 20)])
     ray.node = replace(ray.node, is_head=False)
+    refresher = AttributionRefresher(lambda: ray, transfers=TransferSettings())
+    assert refresher.refresh().rdt_calls == ()  # seen running once: not looked up yet
+    attribution = refresher.refresh()
+    # Its own running call, from its worker and one lookup; a pending one is the pairing
+    # agent's to see.
+    assert [c.task.task_id for c in attribution.rdt_calls] == ["send"]
+    assert 19 < attribution.rdt_calls[0].age_s < 21
+    assert ray.listings == 0 and not attribution.pairs_transfers
+    assert {s.name for s in attribution.sources} == {"raylet", "workers", "state_api"}
     ray._workers = [replace(ray._workers[0], actor_id="")]  # a task's worker, no actor
-    attribution = AttributionRefresher(lambda: ray, transfers=TransferSettings()).refresh()
-    assert ray.listings == 0 and attribution.rdt_calls == ()
-    assert any(s.name == "transfers" and s.up for s in attribution.sources)
-    ray._workers = [replace(ray._workers[0], actor_id=PRODUCER)]
-    attribution = AttributionRefresher(lambda: ray, transfers=TransferSettings()).refresh()
-    assert ray.listings == 1 and [c.task.task_id for c in attribution.rdt_calls] == ["send"]
+    assert AttributionRefresher(lambda: ray, transfers=TransferSettings()).refresh().rdt_calls == ()
+    assert ray.listings == 0
 
 
 def test_calls_to_aborted_actors_are_no_transfers_and_count_no_second_abort():

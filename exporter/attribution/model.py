@@ -42,8 +42,9 @@ class Holder:
 # The Ray sources attribution reads, as named in SourceStatus and the attribution.up metric.
 DISCOVERY = "discovery"
 RAYLET = "raylet"
-STATE_API = "state_api"
-TRANSFERS = "transfers"  # the State API's unfinished actor tasks, for RDT transfers
+WORKERS = "workers"  # the node's workers, asked which tasks they run
+STATE_API = "state_api"  # what a long-running task is, one task id at a time
+TRANSFERS = "transfers"  # the cluster's unfinished actor tasks, listed by the pairing agent
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """What the agent reads from Ray, as plain records, and the conversions from Ray's replies.
 
 Workers come from the raylet's `GetNodeStats` (protobuf `CoreWorkerStats`),
-tasks from the State API's JSON rows (`/api/v0/tasks`).
+the tasks they run from their own `GetCoreWorkerStats`, and what a task is
+(name, times) from the State API's JSON rows (`/api/v0/tasks`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from .ray_addresses import build_address
 from .transfers import ActorTask
 
 # Ray's placement-group resource names (ray._private.utils in Ray 2.60).
@@ -36,6 +38,9 @@ class RayWorkerInfo:
     slots held. Placement-group resources are folded into their base name:
     a GPU held through a placement group appears under "GPU". GPU slot i is the
     i-th entry of the raylet's CUDA_VISIBLE_DEVICES (physical index i if unset).
+    `address` is the worker's own gRPC server (host:port), which names the tasks it
+    runs; `task_counts` (tasks executed, tasks running) change whenever a task
+    starts or ends there.
     """
 
     pid: int
@@ -46,11 +51,14 @@ class RayWorkerInfo:
     grants: Mapping[str, tuple[ResourceGrant, ...]]
     actor_class: str = ""
     actor_name: str = ""
+    address: str = ""
+    task_counts: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
 class RunningTask:
-    """A task in state RUNNING on this node and the pid of the worker running it."""
+    """A task running on this node and the pid of the worker running it; `name` is
+    empty until the State API has named it."""
 
     task_id: str
     name: str
@@ -126,6 +134,8 @@ def worker_info(stats: Any, worker_type_name: str) -> RayWorkerInfo:
         actor_id="" if _is_nil_id(stats.actor_id) else stats.actor_id.hex(),
         worker_type=worker_type_name,
         grants=_grants(stats.used_resources),
+        address=build_address(stats.ip_address, stats.port) if stats.port else "",
+        task_counts=(stats.num_executed_tasks, stats.num_running_tasks),
     )
 
 
@@ -138,7 +148,8 @@ def _task_name(task: Mapping[str, Any]) -> str:
 
 
 def actor_task(task: Mapping[str, Any]) -> ActorTask:
-    """A State API task row (detail) as the record RDT transfer pairing reads."""
+    """A State API task row (detail) as a record: an actor task's for RDT transfer
+    pairing, or any running task's looked up by id."""
     return ActorTask(
         task_id=task["task_id"], name=_task_name(task), state=str(task.get("state") or ""),
         job_id=task.get("job_id") or "", actor_id=task.get("actor_id") or "",
@@ -147,12 +158,4 @@ def actor_task(task: Mapping[str, Any]) -> ActorTask:
         created_at=(_seconds(task.get("creation_time_ms"))
                     or _seconds(task.get("start_time_ms")) or 0.0),
         started_at=_seconds(task.get("start_time_ms")),
-    )
-
-
-def running_task(task: Mapping[str, Any]) -> RunningTask:
-    """A State API task row of a RUNNING task (with its worker's pid) as a record."""
-    return RunningTask(
-        task_id=task["task_id"], name=_task_name(task), job_id=task.get("job_id") or "",
-        actor_id=task.get("actor_id") or "", pid=int(task["worker_pid"]),
     )

@@ -10,8 +10,11 @@ is about 50 MB resident for a few calls). It reads, on its own cadence:
 - the workers on the node and the resource slots each holds, from the raylet's
   `NodeManagerService.GetNodeStats`, plus actor class and name from the GCS,
   over gRPC with Ray's generated messages (`ray_grpc.py`, `ray_generated.py`);
-- the RUNNING tasks on the node and the pid running each, from the State API
-  served by the head's dashboard (`state_api.py`).
+- the ids of the tasks each worker runs, from the worker itself
+  (`CoreWorkerService.GetCoreWorkerStats`), and what a task is (name, times)
+  from the State API served by the head's dashboard, one task id at a time
+  (`state_api.py`); the cluster's unfinished actor tasks, for transfer pairing,
+  from the State API too.
 
 Token authentication works as with Ray's own clients (`ray_token.py`). Every
 call takes a timeout and raises `RaySourceError` instead of hanging or leaking
@@ -40,7 +43,6 @@ from .ray_records import (
     ResourceGrant,
     RunningTask,
     actor_task,
-    running_task,
     worker_info,
 )
 from .ray_token import enable_if_token_available
@@ -119,6 +121,7 @@ class RaySources:
         self._raylet = GrpcEndpoint(node.raylet_address, "raylet")
         self._lock = threading.Lock()
         self._actor_names: dict[str, tuple[str, str]] = {}
+        self._worker_endpoints: dict[str, GrpcEndpoint] = {}
         self._state_url: str | None = None
         self._closed = False
 
@@ -202,20 +205,53 @@ class RaySources:
             for w in workers
         ]
 
-    def running_tasks(self, timeout_s: float = 5.0) -> list[RunningTask]:
-        """The tasks RUNNING on this node, each with the pid that runs it.
+    def running_task_ids(self, worker: RayWorkerInfo, timeout_s: float = 2.0) -> tuple[str, ...]:
+        """The ids of the tasks `worker` is running now, asked of the worker itself.
 
-        One State API `list_tasks` call (filtered on this node and RUNNING) to
-        the head's dashboard, whose address is read from the GCS. The State API
-        rounds its timeout to whole seconds, at least one. Task states reach
-        the State API about a second after they change (workers batch them).
+        One `CoreWorkerService.GetCoreWorkerStats` call (task info on, no owned
+        tasks) to the worker's own gRPC server: it costs the head nothing and
+        does not grow with the cluster. A reply from another worker (the port
+        reused after this one exited) is refused.
         """
         self._check_open()
-        tasks = self._list_tasks(
-            [("node_id", "=", self.node.node_id), ("state", "=", "RUNNING")],
-            detail=False, deadline=_Deadline(timeout_s))
-        # A task between scheduling and start may not have its worker pid yet.
-        return [running_task(task) for task in tasks if task.get("worker_pid")]
+        if not worker.address:
+            raise RaySourceError(f"worker {worker.pid} has no gRPC address")
+        core_worker = generated("core_worker_pb2")
+        request = core_worker.GetCoreWorkerStatsRequest(
+            intended_worker_id=bytes.fromhex(worker.worker_id), include_task_info=True, limit=0)
+        reply = self._worker_endpoint(worker.address).call(
+            generated("core_worker_pb2_grpc").CoreWorkerServiceStub, "GetCoreWorkerStats",
+            request, timeout_s)
+        answered = reply.core_worker_stats.worker_id.hex()
+        if answered != worker.worker_id:
+            raise RaySourceError(f"worker {worker.pid} at {worker.address}: worker {answered} "
+                                 "answered instead")
+        return tuple(task_id.hex() for task_id in reply.running_task_ids)
+
+    def task_detail(self, task_id: str, timeout_s: float = 5.0) -> ActorTask | None:
+        """What one task is (name, state, times), or None when the State API has no row yet.
+
+        One State API `list_tasks` call filtered on the task id, a filter the GCS
+        applies from its index, so its cost does not grow with the cluster.
+        """
+        self._check_open()
+        rows = self._list_tasks([("task_id", "=", task_id)], detail=True,
+                                deadline=_Deadline(timeout_s))
+        return next((actor_task(row) for row in rows if row.get("task_id") == task_id), None)
+
+    def state_api_url(self, timeout_s: float = 5.0) -> str:
+        """The URL of the head's dashboard, whose State API the task calls ask."""
+        self._check_open()
+        return self._state_api(_Deadline(timeout_s))
+
+    def forget_workers(self, kept: Iterable[str]) -> None:
+        """Close the channels to workers whose addresses are not in `kept`."""
+        kept = set(kept)
+        with self._lock:
+            gone = [a for a in self._worker_endpoints if a not in kept]
+            endpoints = [self._worker_endpoints.pop(a) for a in gone]
+        for endpoint in endpoints:
+            endpoint.close()
 
     def actor_tasks(self, timeout_s: float = 5.0) -> list[ActorTask]:
         """Every actor task of the cluster that has not finished, with its times.
@@ -261,6 +297,7 @@ class RaySources:
         self._closed = True
         self._gcs.close()
         self._raylet.close()
+        self.forget_workers(())
         with self._lock:
             self._state_url = None
 
@@ -305,6 +342,13 @@ class RaySources:
         reply = self._gcs.call(generated("gcs_service_pb2_grpc").ActorInfoGcsServiceStub,
                                "GetAllActorInfo", request, timeout_s)
         return list(reply.actor_table_data)
+
+    def _worker_endpoint(self, address: str) -> GrpcEndpoint:
+        with self._lock:
+            endpoint = self._worker_endpoints.get(address)
+            if endpoint is None:
+                endpoint = self._worker_endpoints[address] = GrpcEndpoint(address, "worker")
+            return endpoint
 
     def _state_api(self, deadline: _Deadline) -> str:
         """The URL of the dashboard (State API) whose address the GCS holds."""

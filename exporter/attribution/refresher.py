@@ -3,6 +3,12 @@
 A slow or unreachable GCS delays only this thread: sampling keeps publishing
 with the last attribution, and when Ray cannot be reached the attribution is
 empty (devices flow unattributed) and says why, until Ray answers again.
+
+Each refresh asks the local raylet for the node's workers, the workers whose
+tasks moved for their running task ids, and the head's State API only about this
+node's long-running tasks (worker_tasks.py); only the agent that pairs transfers
+lists the cluster's actor tasks. So what a node costs the head does not grow
+with the cluster.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from .model import (
     RAYLET,
     STATE_API,
     TRANSFERS,
+    WORKERS,
     Attribution,
     Grant,
     RayIdentity,
@@ -38,6 +45,7 @@ from .transfers import (
     long_running_calls,
     pair_transfers,
 )
+from .worker_tasks import TaskDetails, WorkerTasks
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,27 @@ class TransferSettings:
     stall_after_s: float = DEFAULT_STALL_AFTER_S
     report_after_s: float = DEFAULT_REPORT_AFTER_S
     pairing: str = "auto"
+
+
+def _holds_accelerators(worker: RayWorkerInfo) -> bool:
+    return any(worker.grants.get(r) for r in ACCELERATOR_RESOURCES)
+
+
+def _tasks_by_pid(workers: list[RayWorkerInfo], ids_by_pid: dict[int, tuple[str, ...]],
+                  details: dict[str, ActorTask]) -> dict[int, RunningTask]:
+    """The task each worker is labelled with: its first-seen running task that is not
+    known to be a `__ray_call__` (one the State API has not named yet counts), named
+    once the State API has."""
+    tasks = {}
+    for worker in workers:
+        ids = ids_by_pid.get(worker.pid, ())
+        if not ids:
+            continue
+        chosen = next((i for i in ids if i not in details or not details[i].is_system_call),
+                      ids[0])
+        name = details[chosen].name if chosen in details else ""
+        tasks[worker.pid] = RunningTask(chosen, name, worker.job_id, worker.actor_id, worker.pid)
+    return tasks
 
 
 def _unnamed(task: ActorTask) -> ActorTask:
@@ -94,6 +123,9 @@ class AttributionRefresher:
         self._guard = guard or TaskIdGuard()
         self._names = names
         self._sources: RaySources | None = None
+        self._worker_tasks = WorkerTasks()
+        self._task_details = TaskDetails()
+        self._lazy_statuses: dict[str, SourceStatus] = {}
         self._raylet_failures = 0
         self._next_discovery = 0.0
         self._stop = threading.Event()
@@ -126,53 +158,72 @@ class AttributionRefresher:
             workers = []
             statuses.append(SourceStatus(RAYLET, False, str(error)))
             self._forget_node_after_failures()
-        tasks_by_pid: dict[int, RunningTask] = {}
-        # Only workers holding accelerators need task labels; asking the State API
-        # (served by the head) only then keeps a large idle cluster off the head.
-        if any(w.grants.get(r) for w in workers for r in ACCELERATOR_RESOURCES):
-            try:
-                tasks_by_pid = {t.pid: t for t in sources.running_tasks(timeout_s=self._timeout_s)}
-                statuses.append(SourceStatus(STATE_API, True))
-            except RaySourceError as error:
-                statuses.append(SourceStatus(STATE_API, False, str(error)))
-        attribution = self._build(sources, workers, tasks_by_pid, tuple(statuses))
+        ids_by_pid, details = self._running(sources, workers)
+        statuses.extend(self._lazy_statuses.values())
+        attribution = self._build(sources, workers, _tasks_by_pid(workers, ids_by_pid, details),
+                                  tuple(statuses))
         if self.transfer_settings.enabled:
-            attribution = self._with_transfers(sources, workers, attribution)
+            attribution = self._with_transfers(sources, workers, ids_by_pid, details, attribution)
         self.latest = attribution
         return self.latest
 
+    def _running(self, sources: RaySources, workers: list[RayWorkerInfo]
+                 ) -> tuple[dict[int, tuple[str, ...]], dict[str, ActorTask]]:
+        """The running task ids of the workers that need them (accelerator holders, and
+        actors when watching transfers), and what the long-running ones among them are."""
+        watch_actors = self.transfer_settings.enabled
+        asked = [w for w in workers if _holds_accelerators(w) or (watch_actors and w.actor_id)]
+        deadline = time.monotonic() + self._timeout_s
+        ids_by_pid, outcome = self._worker_tasks.update(
+            asked, lambda w: sources.running_task_ids(
+                w, timeout_s=max(deadline - time.monotonic(), 0.001)))
+        sources.forget_workers(w.address for w in asked)
+        self._note(WORKERS, outcome)
+        # Names label the holders' tasks; transfers need to know the actors' system calls.
+        named = [i for w in asked if (self._names and _holds_accelerators(w))
+                 or (watch_actors and w.actor_id) for i in ids_by_pid.get(w.pid, ())]
+        details, outcome = self._task_details.update(
+            named, lambda task_id: sources.task_detail(task_id, timeout_s=self._timeout_s))
+        self._note(STATE_API, outcome)
+        return ids_by_pid, details
+
+    def _note(self, source: str, outcome: str | None) -> None:
+        """Keep a lazily asked source's status: it stands until the source is asked again."""
+        if outcome is not None:
+            self._lazy_statuses[source] = SourceStatus(source, not outcome, outcome)
+
     def _with_transfers(self, sources: RaySources, workers: list[RayWorkerInfo],
+                        ids_by_pid: dict[int, tuple[str, ...]], details: dict[str, ActorTask],
                         attribution: Attribution) -> Attribution:
         """The attribution with this node's long-running `__ray_call__`s and, when this
         agent pairs (the head's, by default), the cluster's transfers."""
         settings = self.transfer_settings
-        local = frozenset(w.actor_id for w in workers if w.actor_id)
+        running_here = [details[i] for w in workers if w.actor_id
+                        for i in ids_by_pid.get(w.pid, ()) if i in details]
+        now = time.time()
+        calls = long_running_calls(running_here, now, settings.report_after_s)
         pairs = settings.pairing == "always" or (settings.pairing == "auto"
                                                   and sources.node.is_head)
-        # The cluster's actor tasks are listed by the head's dashboard: a node with no
-        # actor, whose agent does not pair, has no call of its own among them to report.
-        tasks: list[ActorTask] = []
-        if local or pairs:
+        transfers: tuple[Transfer, ...] = ()
+        statuses = attribution.sources
+        if pairs:
+            # Only the pairing agent lists the cluster's actor tasks: one listing per
+            # refresh for the whole cluster, not one per node.
             try:
                 tasks = sources.actor_tasks(timeout_s=self._timeout_s)
+                transfers = self._aborts.alive(pair_transfers(
+                    tasks, now, settings.stall_after_s, report_after_s=settings.report_after_s))
+                self._count_aborts(sources, transfers)
+                statuses = (*statuses, SourceStatus(TRANSFERS, True))
             except RaySourceError as error:
-                return replace(attribution, sources=(*attribution.sources,
-                                                     SourceStatus(TRANSFERS, False, str(error))))
-        now = time.time()
-        calls = long_running_calls(tasks, now, settings.report_after_s, local_actors=local)
-        transfers = (self._aborts.alive(pair_transfers(
-            tasks, now, settings.stall_after_s, report_after_s=settings.report_after_s))
-                     if pairs else ())
-        if pairs:
-            self._count_aborts(sources, transfers)
+                statuses = (*statuses, SourceStatus(TRANSFERS, False, str(error)))
         aborts = tuple(self._aborts.recent)
         if not self._names:
             calls, transfers = _nameless(calls), _nameless_transfers(transfers)
             aborts = _nameless_aborts(aborts)
-        return replace(attribution, sources=(*attribution.sources, SourceStatus(TRANSFERS, True)),
-                       rdt_calls=self._admitted(calls), transfers=transfers,
-                       pairs_transfers=pairs, transfer_aborts=dict(self._aborts.aborts),
-                       recent_aborts=aborts)
+        return replace(attribution, sources=statuses, rdt_calls=self._admitted(calls),
+                       transfers=transfers, pairs_transfers=pairs,
+                       transfer_aborts=dict(self._aborts.aborts), recent_aborts=aborts)
 
     def _admitted(self, calls: tuple[SystemCall, ...]) -> tuple[SystemCall, ...]:
         # Their task ids are labels too: the same cardinality guard applies.

@@ -45,7 +45,8 @@ _DONE = frozenset({"FINISHED", "FAILED"})
 
 @dataclass(frozen=True, slots=True)
 class ActorTask:
-    """An actor task that has not finished, as the State API lists it (times in Unix seconds)."""
+    """A task that has not finished, as the State API lists it (times in Unix seconds):
+    an actor task, or any running task looked up by id (`actor_id` empty for a plain task)."""
 
     task_id: str
     name: str

@@ -175,8 +175,8 @@ def _attribution_stale(config: AlertConfig) -> Rule:
                     f" s, for {duration(t.attribution_stale_for)}: job, actor and task "
                     "labels and the allocation alerts may be out of date.",
         runbook=Runbook(
-            meaning="The agent asks the raylet, the GCS and the State API who runs on its "
-                    "devices; those answers are old. Series keep their last known "
+            meaning="The agent asks the raylet, its workers, the GCS and the State API who "
+                    "runs on its devices; those answers are old. Series keep their last known "
                     "identities or lose them (see `ray_accelerator_attribution_up`).",
             causes=("The raylet or GCS is unreachable or overloaded.",
                     "The dashboard (State API) is down: task names go missing.",
