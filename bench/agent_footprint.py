@@ -29,6 +29,7 @@ from ray_accel.exporter.simulate import SimulatedHardware
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
 from agent_process import AgentProcess  # noqa: E402
+from measure import process_cpu_s  # noqa: E402
 
 AGENT_ARGS = ("--backend", "nvidia")
 RSS_TARGET_WITH_RAY_MIB = 64.0
@@ -66,13 +67,6 @@ def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
     return kib / 1024
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, all threads."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def churn_processes(hardware: SimulatedHardware, scenario: dict, step: int) -> None:
@@ -131,13 +125,14 @@ def _window(agent: AgentProcess, others: dict[str, int], seconds: float,
     start: dict[str, float] = {}
     while time.monotonic() - began < seconds:
         if not start and time.monotonic() - began >= seconds - cpu_last_s:
-            cpu_from, start = time.monotonic(), {name: cpu_s(pid) for name, pid in pids.items()}
+            cpu_from = time.monotonic()
+            start = {name: process_cpu_s(pid) for name, pid in pids.items()}
         agent.get("/metrics")
         time.sleep(scrape_every_s)
     if not start:
-        cpu_from, start = began, {name: cpu_s(pid) for name, pid in pids.items()}
+        cpu_from, start = began, {name: process_cpu_s(pid) for name, pid in pids.items()}
     wall = time.monotonic() - cpu_from
-    return {name: {"cpu_share": (cpu_s(pid) - start[name]) / wall, "rss_mib": rss_mib(pid)}
+    return {name: {"cpu_share": (process_cpu_s(pid) - start[name]) / wall, "rss_mib": rss_mib(pid)}
             for name, pid in pids.items()}
 
 

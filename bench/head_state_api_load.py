@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ray_accel.demo.local_cluster import LocalRayCluster, pid_of, processes
+from measure import process_cpu_s
+
+from ray_accel.demo.local_cluster import LocalRayCluster, pid_of, processes, with_descendants
 from ray_accel.exporter.attribution.ray_sources import RaySources
 from ray_accel.exporter.attribution.state_api import list_tasks
 
@@ -52,11 +53,6 @@ for line in sys.stdin:
 """
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _running_count(url: str, node_id: str) -> int:
     return len(list_tasks(url, [("node_id", "=", node_id), ("state", "=", "RUNNING")],
                           10_000, 30, detail=False))
@@ -65,16 +61,12 @@ def _running_count(url: str, node_id: str) -> int:
 def head_processes(root: Path) -> dict[str, list[int]]:
     """The processes that answer a State API call: the dashboard with its module
     subprocesses (the State API runs in one), and the GCS."""
-    dashboard = pid_of("dashboard/dashboard.py", str(root))
-    live = processes()
-    pids = {dashboard}
-    while children := {p for p, (_, ppid, _) in live.items() if ppid in pids} - pids:
-        pids |= children
-    return {"dashboard": sorted(pids), "gcs": [pid_of("/gcs_server ", str(root))]}
+    dashboard = with_descendants({pid_of("dashboard/dashboard.py", str(root))}, processes())
+    return {"dashboard": sorted(dashboard), "gcs": [pid_of("/gcs_server ", str(root))]}
 
 
 def _cpu(pids: list[int]) -> float:
-    return sum(cpu_s(pid) for pid in pids)
+    return sum(process_cpu_s(pid) for pid in pids)
 
 
 def _batch(head: dict[str, list[int]], calls: int, ask) -> dict[str, float]:

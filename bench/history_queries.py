@@ -48,6 +48,7 @@ from ray_accel.grafana.alerts.recording import INTERVAL_S, record_name, recordin
 from ray_accel.grafana.promql import duration, metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from measure import process_cpu_s
 from prometheus_server import PrometheusServer
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -166,8 +167,7 @@ def _served(folder: Path) -> PrometheusServer:
 def _cpu_s(served: PrometheusServer) -> float:
     """Prometheus' CPU time so far (user + system), from /proc."""
     assert served.process is not None
-    fields = Path(f"/proc/{served.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(served.process.pid)
 
 
 def _history(served: PrometheusServer) -> PrometheusHistory:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -18,6 +19,13 @@ PROFILED_CYCLES = 40
 def cpu_seconds() -> float:
     """CPU time of this process, all threads."""
     return time.process_time()
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of another process so far, all threads, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(action: Callable[[], object], rounds: int, repeats: int = REPEATS,

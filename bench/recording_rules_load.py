@@ -33,6 +33,7 @@ from ray_accel.grafana.alerts.recording import GROUP_NAME, INTERVAL_S, PRESENCE_
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from history_queries import DEVICES_PER_NODE, device_series
+from measure import process_cpu_s
 from prometheus_server import PrometheusServer, wait_until
 
 RULES = Path(__file__).resolve().parents[1] / "grafana" / "generated" / "prometheus" / \
@@ -69,11 +70,9 @@ class _Target(http.server.ThreadingHTTPServer):
 
 def _proc(pid: int) -> tuple[float, float]:
     """(CPU seconds so far, resident MiB) of `pid`."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     status = Path(f"/proc/{pid}/status").read_text()
     rss_kib = int(status.split("VmRSS:")[1].split()[0])
-    return cpu, rss_kib / 1024
+    return process_cpu_s(pid), rss_kib / 1024
 
 
 def _value(prom: PrometheusServer, expr: str) -> float | None:

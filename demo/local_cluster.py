@@ -81,12 +81,18 @@ def node_id_of(cmdline: list[str]) -> str:
     return next((a.partition("=")[2] for a in cmdline if a.startswith("--node_id=")), "")
 
 
-def _descendants_of_marked(marks: list[str]) -> set[int]:
-    live = {p: v for p, v in processes().items() if v[2] != "Z" and p != os.getpid()}
-    pids = {p for p, (cmd, _, _) in live.items() if any(m in " ".join(cmd) + " " for m in marks)}
+def with_descendants(pids: set[int], live: dict[int, tuple[list[str], int, str]]) -> set[int]:
+    """`pids` and every process below them among `live` (as `processes()` lists them)."""
+    pids = set(pids)
     while children := {p for p, (_, ppid, _) in live.items() if ppid in pids} - pids:
         pids |= children
     return pids
+
+
+def _descendants_of_marked(marks: list[str]) -> set[int]:
+    live = {p: v for p, v in processes().items() if v[2] != "Z" and p != os.getpid()}
+    marked = {p for p, (cmd, _, _) in live.items() if any(m in " ".join(cmd) + " " for m in marks)}
+    return with_descendants(marked, live)
 
 
 def stop_marked(marks: list[str]) -> None:

@@ -180,8 +180,10 @@ class AttributionRefresher:
         sources.forget_workers(w.address for w in asked)
         self._note(WORKERS, outcome)
         # Names label the holders' tasks; transfers need to know the actors' system calls.
-        named = [i for w in asked if (self._names and _holds_accelerators(w))
-                 or (watch_actors and w.actor_id) for i in ids_by_pid.get(w.pid, ())]
+        def described(w: RayWorkerInfo) -> bool:
+            return (self._names and _holds_accelerators(w)) or bool(watch_actors and w.actor_id)
+
+        named = [i for w in asked if described(w) for i in ids_by_pid.get(w.pid, ())]
         details, outcome = self._task_details.update(
             named, lambda task_id: sources.task_detail(task_id, timeout_s=self._timeout_s))
         self._note(STATE_API, outcome)
