@@ -3,8 +3,9 @@
 Above 2^32 bytes per interval (4.3 GB/s at 1 s) a read every cycle misses whole
 wraps. Where GPM measures the PCIe link, its bytes since the last read say how
 many; where nothing can tell, the counters are left out and the device says so,
-never exported as a smaller number. The real nvidia-ml-py binding reads the fake
-libnvidia-ml.so.1 on frozen simulated time, stepped with the backend's clock.
+never exported as a smaller number, nor lower than they were. The real
+nvidia-ml-py binding reads the fake libnvidia-ml.so.1 on frozen simulated time,
+stepped with the backend's clock.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from stepped_clock import SteppedClock
 
 from ray_accel.exporter import catalog as m
+from ray_accel.exporter.backends.calls import ErrorTally
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
 from ray_accel.exporter.backends.nvidia.interconnect import (
     PCIE_IO,
@@ -30,6 +32,7 @@ from ray_accel.exporter.backends.nvidia.probes import reading
 from ray_accel.exporter.health import unsupported
 from ray_accel.exporter.model import DeviceSample, NodeSnapshot
 from ray_accel.exporter.simulate import SimulatedHardware
+from ray_accel.exporter.validation import ReadingValidator
 
 MIB = 1024 * 1024
 WRAP = 2**32
@@ -114,17 +117,22 @@ def test_gpm_counting_a_fifth_more_than_the_counters_still_finds_the_wraps(start
     assert _steps(samples) == [{m.TRANSMIT: TX, m.RECEIVE: RX}] * 5
 
 
-def test_a_cycle_gpm_missed_leaves_the_counters_out_then_counts_again_from_zero(start):
+def test_a_cycle_gpm_missed_leaves_the_counters_out_and_its_bytes_uncounted(start):
     errors = [{"function": "nvmlGpmMetricsGet", "device": 0, "code": "TIMEOUT",
                "from_s": 3, "until_s": 4}]
     samples = _cycles(start(_gpu(gpm=True), errors), [float(s) for s in range(7)])
     exported = [_pcie_bytes(s) for s in samples]
     assert exported[3] == {}  # the wraps since second 2 cannot be told
     assert samples[3].errors[PCIE_IO] == WRAPS_UNKNOWN
-    assert exported[2][m.TRANSMIT] > exported[4][m.TRANSMIT]  # a counter reset to Prometheus
-    assert [e[m.TRANSMIT] for e in exported[4:]] == [TX, 2 * TX, 3 * TX]
-    assert [e[m.RECEIVE] for e in exported[4:]] == [RX, 2 * RX, 3 * RX]
+    # seconds 2 to 3 count as none; the total carries on from second 2's, never lower
+    assert [e[m.TRANSMIT] - exported[2][m.TRANSMIT] for e in exported[4:]] == [TX, 2 * TX, 3 * TX]
+    assert [e[m.RECEIVE] - exported[2][m.RECEIVE] for e in exported[4:]] == [RX, 2 * RX, 3 * RX]
     assert PCIE_IO not in samples[4].errors
+    # so the readings check, which every sample goes through, refuses none of them
+    tally = ErrorTally()
+    validator = ReadingValidator(tally, "nvidia")
+    assert [_pcie_bytes(validator.check(s)) for s in samples] == exported
+    assert tally.snapshot() == {}
 
 
 def test_without_gpm_counters_that_could_wrap_twice_a_read_are_left_out(start):

@@ -114,9 +114,11 @@ class CounterUnwrapper:
     32-bit values, which NVML documents as "can be wrapped": above 4.3 GB/s they
     wrap more than once a second, so a read every second can miss whole wraps.
     For those, `hidden_wraps` decides from GPM's bytes over the interval, or the
-    link's most; where neither can tell, the total is withheld (None) and counts
-    again from zero at the next read that can, which Prometheus takes as a counter
-    reset: bytes nobody can count are counted as none, not as a wrong number.
+    link's most; where neither can tell, the total is withheld (None) and the bytes
+    of that interval count as none: the next read that can tell adds its own
+    interval's bytes to the total as last exported. The total never goes down (a
+    restart from zero would read as a driver's reading that cannot be true, and
+    Prometheus would count the same bytes either way).
     Any other 32-bit counter is assumed to wrap at most once between reads.
     """
 
@@ -138,7 +140,6 @@ class CounterUnwrapper:
             most = None if most_per_s is None else most_per_s * max(now - previous[1], 0.0)
             wraps = hidden_wraps(delta, expected, most)
             if wraps is None:
-                self.totals[position] = 0
                 return None
             delta += wraps * WRAP
         self.totals[position] += delta
