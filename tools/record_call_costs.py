@@ -6,6 +6,9 @@ hgx-h200.json) comes from one real H200 run, where the energy counter was read o
 Here, on GPU 0, each of those calls is made `REPEATS` times, `SPACING_S` apart (after
 the agent's backend read every GPU twice), each with its wall and CPU microseconds:
 - `nvmlDeviceGetTotalEnergyConsumption`, the rare cadence's one read;
+- `nvmlDeviceGetFieldValues` with the same counter as field 83
+  (`TOTAL_ENERGY_CONSUMPTION`): whether the driver answers it for less through the
+  field-value call, which the agent makes anyway;
 - `nvmlDeviceGetFieldValues` with the PCIe byte counters (fields 197/198);
 - `nvmlDeviceGetPcieReplayCounter`, on the slow cadence;
 - `nvmlDeviceGetProcessUtilization`, every cycle while processes hold the GPU;
@@ -29,6 +32,8 @@ def _calls(handle: Any) -> dict[str, Callable[[], Any]]:
     return {
         "nvmlDeviceGetTotalEnergyConsumption":
             lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle),
+        "nvmlDeviceGetFieldValues[83]": lambda: pynvml.nvmlDeviceGetFieldValues(
+            handle, [pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]),
         "nvmlDeviceGetFieldValues[197,198]": lambda: pynvml.nvmlDeviceGetFieldValues(
             handle, [pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
                      pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]),
