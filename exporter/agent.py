@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import socket
@@ -168,6 +169,10 @@ async def serve_forever(agent: Agent) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         await agent.start()
+        # What starting built (modules, the catalog, the server) lives as long as the
+        # process: kept out of the collector's full passes, which otherwise walk all of it
+        # (a tenth of a millisecond a cycle at 1 s on an 8-GPU node).
+        gc.freeze()
         log.info("ray-accel agent on %s (host %s): %s", agent.url, socket.gethostname(),
                  agent.exposure.describe())
         print(f"ray-accel agent serving {agent.url}/metrics", flush=True)
