@@ -112,6 +112,7 @@ TRANSFERS_IN_FLIGHT = "ray.accelerator.transfer.in_flight"
 TRANSFERS_STALLED = "ray.accelerator.transfer.stalled"
 TRANSFER_OLDEST_AGE = "ray.accelerator.transfer.oldest.age"
 TRANSFER_ABORTS = "ray.accelerator.transfer.aborts"
+TRANSFER_LISTING_AGE = "ray.accelerator.transfer.listing.age"
 COLLECTIVE_SUSPECTED_STALL = "ray.accelerator.collective.suspected_stall"
 # TPU-only metric names (exporter/backends/tpu)
 TENSORCORE_UTILIZATION = "ray.accelerator.tensorcore.utilization"
@@ -407,6 +408,12 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(TRANSFER_OLDEST_AGE, "s",
            "Seconds since the oldest in-flight RDT transfer between the two actors was "
            "submitted.", *TRANSFER_LABELS, scope=Scope.AGENT),
+    _gauge(TRANSFER_LISTING_AGE, "s",
+           "Seconds since the pairing agent listed the cluster's actor tasks, which the "
+           "transfer series are as of. It lists every attribution refresh while a listing "
+           "is quick, and once it is not, again after ten times a listing's own duration, "
+           "30 s at most (the head converts every unfinished actor task in each).",
+           scope=Scope.AGENT),
     _counter(TRANSFER_ABORTS, "{transfer}",
              "Stalled RDT transfers that ended with both actors dead (Ray aborts a transfer "
              "by killing both ends), since the agent started, by job.", "ray_job_id",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from stepped_clock import SteppedClock
+
 from ray_accel.exporter import catalog as m
 from ray_accel.exporter.attribution.model import Attribution, Holder, RayIdentity, SourceStatus
 from ray_accel.exporter.attribution.transfers import (
@@ -210,8 +212,9 @@ def test_sinks_export_transfers_calls_and_suspected_stalls():
                                 actor_class="Producer"), 1.0)
     attribution = Attribution(node_id="n1", sources=(SourceStatus("raylet", True),),
                               rdt_calls=calls, transfers=transfers, pairs_transfers=True,
+                              transfers_listed_at=NOW - 3,
                               transfer_aborts={"01000000": 0}, refreshed_at=time.time())
-    snapshot = NodeSnapshot(cycle=1, taken_at=time.time(), interval_s=1, node_labels={},
+    snapshot = NodeSnapshot(cycle=1, taken_at=NOW, interval_s=1, node_labels={},
                             backends=(), devices=(sample(NOW, 0.99, 0.0),),
                             attribution=attribution, holders={"GPU-0": (holder,)},
                             collective_stalls={"GPU-0": True})
@@ -220,6 +223,7 @@ def test_sinks_export_transfers_calls_and_suspected_stalls():
     assert stalled.value == 1
     assert stalled.labels["src_devices"] == "GPU-0" and stalled.labels["dst_devices"] == ""
     assert samples["ray_accelerator_transfer_aborts_total"].value == 0
+    assert samples["ray_accelerator_transfer_listing_age_seconds"].value == 3
     assert samples["ray_accelerator_rdt_call_age_seconds"].labels["devices"] == "GPU-0"
     suspected = samples["ray_accelerator_collective_suspected_stall"]
     assert suspected.value == 1 and suspected.labels["ray_actor_id"] == PRODUCER
@@ -227,6 +231,7 @@ def test_sinks_export_transfers_calls_and_suspected_stalls():
     assert doc["devices"][0]["collective_suspected_stall"] is True
     assert doc["transfers"]["transfers"][0]["source"]["devices"] == ["GPU-0"]
     assert doc["transfers"]["rdt_calls"][0]["task_id"] == "send"
+    assert doc["transfers"]["listed_at"] == NOW - 3
 
 
 # ------------------------------------------------------------------ refresher
@@ -248,6 +253,9 @@ class ScriptedCluster:
                                  visible_devices={"CUDA_VISIBLE_DEVICES": None}, is_head=True)
         self.tasks = tasks
         self.listings = 0  # actor_tasks calls
+        self.clock: SteppedClock | None = None  # moved by `listing_s` per listing
+        self.listing_s = 0.0
+        self.listing_error: Exception | None = None
         self.states: dict[str, str] = {}
         self._workers = [RayWorkerInfo(pid=7, worker_id="w7", job_id="01000000",
                                        actor_id=PRODUCER, worker_type="WORKER",
@@ -268,6 +276,10 @@ class ScriptedCluster:
 
     def actor_tasks(self, timeout_s=5.0):
         self.listings += 1
+        if self.clock is not None:
+            self.clock.now += self.listing_s  # what the listing takes the head
+        if self.listing_error is not None:
+            raise self.listing_error
         return self.tasks
 
     def actor_states(self, actor_ids, timeout_s=2.0):
@@ -308,6 +320,47 @@ def test_refresher_reports_calls_pairs_on_the_head_and_counts_aborts():
     ray.tasks = shape
     assert refresher.refresh().transfers == ()  # only the head's agent pairs, by default
     assert ray.listings == 5  # and only it lists the cluster's actor tasks
+
+
+def test_slow_listings_are_paced_and_the_transfers_stand_as_listed_between_them():
+    from ray_accel.exporter.attribution.pairing_pace import MOST_WAIT_S, PACE
+    from ray_accel.exporter.attribution.ray_errors import RaySourceError
+    from ray_accel.exporter.attribution.refresher import AttributionRefresher, TransferSettings
+
+    ray = ScriptedCluster(stalled_shape(12))
+    ray.clock, ray.listing_s = SteppedClock(100.0), 0.5  # a head with many tasks in flight
+    refresher = AttributionRefresher(lambda: ray, transfers=TransferSettings(stall_after_s=10),
+                                     clock=ray.clock)
+    first = refresher.refresh()
+    assert ray.listings == 1 and len(first.transfers) == 1 and first.transfers_listed_at
+    ray.tasks = []  # the transfer ends; the next listing is due 10 listings' time after
+    ray.clock.now += PACE * ray.listing_s - 0.1
+    between = refresher.refresh()
+    assert ray.listings == 1  # not due yet: the transfer stands as listed, and says when
+    assert between.transfers == first.transfers
+    assert between.transfers_listed_at == first.transfers_listed_at
+    assert ("transfers", True) in [(s.name, s.up) for s in between.sources]
+    ray.clock.now += 0.1
+    after = refresher.refresh()
+    assert ray.listings == 2 and after.transfers == ()
+    assert after.transfers_listed_at >= first.transfers_listed_at
+    # a quick head is listed every refresh
+    ray.listing_s = 0.0
+    ray.clock.now += PACE * 0.5  # past the last slow listing's pace
+    for _ in range(3):
+        refresher.refresh()
+    assert ray.listings == 5
+    # a failed listing leaves no transfers standing and no listing time
+    ray.listing_error = RaySourceError("State API at x failed to list tasks: timed out")
+    failed = refresher.refresh()
+    assert failed.transfers == () and failed.transfers_listed_at == 0.0
+    assert ("transfers", False) in [(s.name, s.up) for s in failed.sources]
+    # one that timed out after 5 s is asked again within the most a wait can be, not 50 s
+    ray.listing_s = 5.0
+    refresher.refresh()
+    ray.clock.now += MOST_WAIT_S
+    refresher.refresh()
+    assert ray.listings == 8
 
 
 def test_an_agent_that_does_not_pair_finds_its_calls_without_listing_the_cluster():

@@ -90,6 +90,7 @@ class Attribution:
     rdt_calls: tuple[SystemCall, ...] = ()
     transfers: tuple[Transfer, ...] = ()
     pairs_transfers: bool = False
+    transfers_listed_at: float = 0.0  # when `transfers` were listed (wall clock); 0.0: never
     transfer_aborts: Mapping[str, int] = field(default_factory=dict)
     recent_aborts: tuple[Abort, ...] = ()  # the latest counted, with both their calls
 

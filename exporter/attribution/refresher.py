@@ -7,8 +7,8 @@ empty (devices flow unattributed) and says why, until Ray answers again.
 Each refresh asks the local raylet for the node's workers, the workers whose
 tasks moved for their running task ids, and the head's State API only about this
 node's long-running tasks (worker_tasks.py); only the agent that pairs transfers
-lists the cluster's actor tasks. So what a node costs the head does not grow
-with the cluster.
+lists the cluster's actor tasks, at a pace its cost sets (pairing_pace.py). So
+what a node costs the head does not grow with the cluster.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .model import (
     RayIdentity,
     SourceStatus,
 )
+from .pairing_pace import Listed, PairingPace
 from .ray_sources import RayNotFound, RaySourceError, RaySources, RayWorkerInfo, RunningTask
 from .slots import VENDOR_RESOURCES
 from .transfers import (
@@ -111,8 +112,9 @@ class AttributionRefresher:
     def __init__(self, discover: Discover, interval_s: float = 2.0,
                  guard: TaskIdGuard | None = None, rediscover_s: float = 10.0,
                  timeout_s: float = 5.0, transfers: TransferSettings | None = None,
-                 names: bool = True) -> None:
-        """`names=False` leaves actor classes, actor names and task names out of labels."""
+                 names: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+        """`names=False` leaves actor classes, actor names and task names out of labels;
+        `clock` paces the pairing agent's listings."""
         self._discover = discover
         # Off unless asked for (the agent asks, per its --no-transfers flag).
         self.transfer_settings = transfers or TransferSettings(enabled=False)
@@ -126,6 +128,7 @@ class AttributionRefresher:
         self._worker_tasks = WorkerTasks()
         self._task_details = TaskDetails()
         self._lazy_statuses: dict[str, SourceStatus] = {}
+        self._pairing = PairingPace(interval_s, clock)
         self._raylet_failures = 0
         self._next_discovery = 0.0
         self._stop = threading.Event()
@@ -207,25 +210,34 @@ class AttributionRefresher:
         pairs = settings.pairing == "always" or (settings.pairing == "auto"
                                                   and sources.node.is_head)
         transfers: tuple[Transfer, ...] = ()
-        statuses = attribution.sources
+        statuses, listed_at = attribution.sources, 0.0
         if pairs:
-            # Only the pairing agent lists the cluster's actor tasks: one listing per
-            # refresh for the whole cluster, not one per node.
-            try:
-                tasks = sources.actor_tasks(timeout_s=self._timeout_s)
-                transfers = self._aborts.alive(pair_transfers(
-                    tasks, now, settings.stall_after_s, report_after_s=settings.report_after_s))
-                self._count_aborts(sources, transfers)
-                statuses = (*statuses, SourceStatus(TRANSFERS, True))
-            except RaySourceError as error:
-                statuses = (*statuses, SourceStatus(TRANSFERS, False, str(error)))
+            # Only the pairing agent lists the cluster's actor tasks: one listing for the
+            # whole cluster, not one per node, and paced by its cost (pairing_pace.py).
+            self._pairing.update(lambda: self._list_transfers(sources, now))
+            transfers, listed_at = self._pairing.transfers, self._pairing.listed_at
+            if self._pairing.status is not None:
+                statuses = (*statuses, self._pairing.status)
         aborts = tuple(self._aborts.recent)
         if not self._names:
             calls, transfers = _nameless(calls), _nameless_transfers(transfers)
             aborts = _nameless_aborts(aborts)
         return replace(attribution, sources=statuses, rdt_calls=self._admitted(calls),
                        transfers=transfers, pairs_transfers=pairs,
+                       transfers_listed_at=listed_at,
                        transfer_aborts=dict(self._aborts.aborts), recent_aborts=aborts)
+
+    def _list_transfers(self, sources: RaySources, now: float) -> Listed:
+        """The cluster's transfers from one listing of its actor tasks."""
+        settings = self.transfer_settings
+        try:
+            tasks = sources.actor_tasks(timeout_s=self._timeout_s)
+        except RaySourceError as error:
+            return (), SourceStatus(TRANSFERS, False, str(error)), 0.0
+        transfers = self._aborts.alive(pair_transfers(
+            tasks, now, settings.stall_after_s, report_after_s=settings.report_after_s))
+        self._count_aborts(sources, transfers)
+        return transfers, SourceStatus(TRANSFERS, True), now
 
     def _admitted(self, calls: tuple[SystemCall, ...]) -> tuple[SystemCall, ...]:
         # Their task ids are labels too: the same cardinality guard applies.

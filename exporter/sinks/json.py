@@ -123,6 +123,8 @@ def transfers_document(snapshot: NodeSnapshot) -> dict[str, Any]:
                        "devices": list(devices.get(c.task.actor_id, ()))}
                       for c in attribution.rdt_calls],
         "pairs_transfers": attribution.pairs_transfers,
+        # when the pairing agent listed the transfers below (None: not yet, or it failed)
+        "listed_at": attribution.transfers_listed_at or None,
         "transfers": [_transfer(t, devices) for t in attribution.transfers],
         "aborts": dict(attribution.transfer_aborts),
         "recent_aborts": [{"job_id": a.job_id, "age_s": a.age_s, "at": a.at,

@@ -238,5 +238,8 @@ def _add_transfers(series: SnapshotSeries, snapshot: NodeSnapshot) -> None:
         series.add(m.spec(m.TRANSFERS_STALLED), (), group.stalled, group.labels)
         series.add(m.spec(m.TRANSFER_OLDEST_AGE), (), group.oldest_age_s, group.labels)
     if attribution.pairs_transfers:
+        if attribution.transfers_listed_at:
+            series.add(m.spec(m.TRANSFER_LISTING_AGE), (),
+                       max(snapshot.taken_at - attribution.transfers_listed_at, 0.0))
         for job_id, count in sorted(attribution.transfer_aborts.items()):
             series.add(m.spec(m.TRANSFER_ABORTS), (), count, {"ray_job_id": job_id})

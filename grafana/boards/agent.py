@@ -79,6 +79,11 @@ def board() -> Board:
                            "cardinality guard (e.g. task ids beyond the cap).",
                            Query(rate(sel(m.ATTRIBUTION_DROPPED_LABELS)),
                                  AGENT + " {{label}}"), width=8),
+                timeseries("Transfer listing age", "Seconds since the pairing agent listed "
+                           "the cluster's actor tasks, which the transfer series are as of: "
+                           "about the refresh interval, longer where the head's listings are "
+                           "slow (the next waits ten times a listing's duration, 30 s at most).",
+                           Query(sel(m.TRANSFER_LISTING_AGE), AGENT), unit="s", width=8),
             ]),
         ],
     )
