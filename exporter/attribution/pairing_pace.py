@@ -7,12 +7,12 @@ milliseconds on most clusters, seconds once tens of thousands are in flight
 agent therefore lists again only once `PACE` times the last listing's own
 duration has passed since it ended, and at most `MOST_WAIT_S` after: every
 refresh while that wait is shorter than a refresh (listings under 0.2 s at the
-2 s default); a head whose listings take up to 3 s spends
-about a tenth of its time on them, and the transfers are never more than half
-of Ray's 60 s transfer timeout old. In between, they stand as last listed, with
-the time of that listing (exported as `ray.accelerator.transfer.listing.age`).
-A failed listing is paced the same way: a head too slow to answer in time is
-not asked again at once.
+2 s default); a head whose listings take up to 3 s spends about a tenth of its
+time on them, and the transfers are never more than half of Ray's 60 s
+transfer timeout old. In between, they stand as last listed, with the time of
+that listing (exported as `ray.accelerator.transfer.listing.age`). A failed
+listing is paced the same way: a head too slow to answer in time is not asked
+again at once.
 """
 
 from __future__ import annotations
