@@ -117,7 +117,8 @@ class GrpcEndpoint:
     """A gRPC channel to one Ray server, made on first use and dropped on any failure.
 
     Dropping the channel after a failure means the next call connects afresh
-    instead of waiting out gRPC's reconnect backoff (up to two minutes).
+    instead of waiting out gRPC's reconnect backoff (up to two minutes). Stubs are
+    made once per channel: a stub builds a callable for every method of its service.
     """
 
     def __init__(self, address: str, role: str) -> None:
@@ -125,13 +126,14 @@ class GrpcEndpoint:
         self.role = role
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
+        self._stubs: dict[Callable[[grpc.Channel], Any], Any] = {}
 
     def call(self, stub_class: Callable[[grpc.Channel], Any], method: str, request: Any,
              timeout_s: float) -> Any:
         """Make one unary call; any failure becomes a `RaySourceError`."""
-        channel = self._connected()
+        channel, stub = self._connected(stub_class)
         try:
-            return getattr(stub_class(channel), method)(request, timeout=timeout_s)
+            return getattr(stub, method)(request, timeout=timeout_s)
         except grpc.RpcError as error:
             self._drop(channel)
             raise RaySourceError(
@@ -142,17 +144,24 @@ class GrpcEndpoint:
     def close(self) -> None:
         with self._lock:
             channel, self._channel = self._channel, None
+            self._stubs.clear()
         if channel is not None:
             channel.close()
 
-    def _connected(self) -> grpc.Channel:
+    def _connected(self, stub_class: Callable[[grpc.Channel], Any]) -> tuple[grpc.Channel, Any]:
+        """The channel, opened if need be, and its stub of `stub_class`."""
         with self._lock:
             if self._channel is None:
                 self._channel = open_channel(self.address)
-            return self._channel
+                self._stubs.clear()
+            stub = self._stubs.get(stub_class)
+            if stub is None:
+                stub = self._stubs[stub_class] = stub_class(self._channel)
+            return self._channel, stub
 
     def _drop(self, channel: grpc.Channel) -> None:
         with self._lock:
             if self._channel is channel:
                 self._channel = None
+                self._stubs.clear()
         channel.close()
