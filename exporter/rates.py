@@ -67,3 +67,31 @@ def with_link_rates(previous: DeviceSample | None, current: DeviceSample) -> Dev
             links.append(Link(link.link_type, link.index, link.readings, link.facts,
                               _rates(earlier, previous, link, current), link.counters_at))
     return replace(current, links=tuple(links))
+
+
+class LinkRates:
+    """`with_link_rates` for a runner's devices, remembering each device's last links.
+
+    A device that hands back the links tuple of its last sample (the NVIDIA backend does
+    while none of its links was read again) keeps the links, with their rates, of the
+    sample before, as `with_link_rates` would one by one: where every link's counters are
+    stamped (`Link.counters_at`), the same readings mean the same rates.
+    """
+
+    def __init__(self) -> None:
+        # device uuid -> (the links it handed in, the same links with their rates)
+        self._last: dict[str, tuple[tuple[Link, ...], tuple[Link, ...]]] = {}
+
+    def of(self, previous: DeviceSample | None, current: DeviceSample) -> DeviceSample:
+        """`current` with each link's bytes/s per direction since `previous`."""
+        uuid = current.device.uuid
+        last = self._last.get(uuid)
+        if (previous is not None and last is not None and last[0] is current.links
+                and last[1] is previous.links):
+            return replace(current, links=previous.links)
+        rated = with_link_rates(previous, current)
+        if all(link.counters_at is not None for link in current.links):
+            self._last[uuid] = (current.links, rated.links)
+        else:
+            self._last.pop(uuid, None)
+        return rated

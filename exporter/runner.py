@@ -32,7 +32,7 @@ from .backends.base import (
 from .call_worker import Lane, Worker
 from .carry import carried
 from .model import BackendStatus, Device, DeviceSample
-from .rates import with_link_rates
+from .rates import LinkRates
 from .validation import ReadingValidator
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ class BackendRunner:
     opener: Worker | None = None
     next_open_at: float = 0.0
     readings: ReadingValidator = field(init=False)
+    rates: LinkRates = field(default_factory=LinkRates)
     lane: Lane = field(init=False)  # the read thread that devices answering promptly share
 
     def __post_init__(self) -> None:
@@ -357,7 +358,7 @@ class BackendRunner:
         self.answered_at[uuid] = sample.taken_at
         self.stale.discard(uuid)
         if checked.up:
-            self.last[uuid] = with_link_rates(previous, checked)
+            self.last[uuid] = self.rates.of(previous, checked)
         else:
             self.last[uuid] = carried(previous, checked,
                                       self.backend.event_readings(checked.device))

@@ -193,6 +193,9 @@ class LinkLayout:
     # the NVLinks built from the counters as last read, and the peers they were built with
     built: tuple[tuple[Link, ...], dict[int, str]] | None = field(default=None, repr=False)
     pcie_link: tuple[Link, ...] | None = field(default=None, repr=False)  # ... the PCIe link
+    # every link as last built: the same tuple while none is rebuilt, which later stages
+    # (the reading checks, the rates) take as "nothing new on the links"
+    links: tuple[Link, ...] = field(default=(), repr=False)
     _facts: dict[int, tuple[str, dict[str, str]]] = field(default_factory=dict, repr=False)
     _all_facts: tuple[dict[int, str], tuple[dict[str, str], ...]] | None = field(
         default=None, repr=False)
@@ -442,13 +445,17 @@ def read_links(calls: DeviceCalls, handle: Any, layout: LinkLayout, slow: bool =
         _read_counters(calls, handle, layout, read, now)
     if slow:
         layout.pcie_current = tuple(_pcie_current(calls, handle))
+    rebuilt = False
     if layout.built is None or layout.built[1] != layout.peer_uuids:
-        layout.built = (_nvlinks(layout), dict(layout.peer_uuids))
+        layout.built, rebuilt = (_nvlinks(layout), dict(layout.peer_uuids)), True
     if layout.pcie_link is None:
         pcie = layout.byte_readings[-1] if layout.byte_readings else ()
         layout.pcie_link = (Link(PCIE, 0, pcie, _HOST_FACTS, {}, layout.pcie_read_at),
                             ) if pcie else ()
-    return (*layout.built[0], *layout.pcie_link), (
+        rebuilt = True
+    if rebuilt:
+        layout.links = (*layout.built[0], *layout.pcie_link)
+    return layout.links, (
         *layout.pcie_current, *layout.pcie_max,
         *layout.schedule.age(now, nvlinks=bool(layout.nvlinks)))
 
