@@ -11,9 +11,9 @@ from importlib.metadata import version
 REPEATS = 7
 
 
-# Cycles whose NVML calls are counted and timed one by one: two of the rare cadence's 20 s
+# Cycles whose NVML calls are counted and timed one by one: two of the rare cadence's 30 s
 # intervals at 1 s, so that the energy reads of every GPU are counted.
-PROFILED_CYCLES = 40
+PROFILED_CYCLES = 60
 
 
 def cpu_seconds() -> float:

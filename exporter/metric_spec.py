@@ -31,7 +31,7 @@ class Cadence(enum.Enum):
     with their age (`ray.accelerator.device.slow_values.age`): counters whose rate
     Prometheus computes, error counts and board state that change rarely (the PCIe
     link's current generation and width). RARE: every
-    `RARE_READ_EVERY` slow intervals (20 s by default), the same way, with their own
+    `RARE_READ_EVERY` slow intervals (30 s by default), the same way, with their own
     age (`ray.accelerator.device.rare_values.age`): the energy counter, whose read costs
     a real H200's driver about 5 ms of CPU.
     """
@@ -42,7 +42,9 @@ class Cadence(enum.Enum):
 
 
 SLOW_READ_INTERVAL_S = 10.0
-RARE_READ_EVERY = 2  # the rare cadence's interval, in slow intervals
+# The rare cadence's interval, in slow intervals: 30 s by default, DCGM-exporter's default
+# collection interval, and short enough that `rate()` over a minute sees two reads.
+RARE_READ_EVERY = 3
 
 
 class Scope(enum.Enum):

@@ -154,14 +154,14 @@ def test_slow_values_are_read_on_their_cadence_spread_over_the_gpus(node, nvml_c
 
 
 def test_energy_is_read_on_the_rare_cadence_and_exported_as_last_read(node, nvml_calls):
-    read_at, energy = _reads_over(41, ENERGY_CALL, m.ENERGY, nvml_calls)
-    # every 2 slow intervals (20 s), each GPU at its own point of them
-    assert read_at["0"] == [0, 20, 40]
-    assert read_at["4"] == [0, 10, 30]
-    assert read_at["2"] == [0, 5, 25]
+    read_at, energy = _reads_over(61, ENERGY_CALL, m.ENERGY, nvml_calls)
+    # every 3 slow intervals (30 s), each GPU at its own point of them (GPU 2's at 7.5 s)
+    assert read_at["0"] == [0, 30, 60]
+    assert read_at["4"] == [0, 15, 45]
+    assert read_at["2"] == [0, 8, 38]
     assert _at_most_one_gpu_per_later_cycle(read_at)
     for index, series in energy.items():  # in between, the value last read; fresh at each read
-        for second in range(1, 41):
+        for second in range(1, 61):
             if second in read_at[index]:
                 assert series[second] > series[second - 1]
             else:
@@ -174,15 +174,15 @@ def test_the_age_of_slow_values_is_exported_with_them(node):
     first = devices[0]
     try:
         ages = []
-        for second in (0, 3, 9, 10, 12, 19, 20, 21):
+        for second in (0, 3, 9, 10, 12, 19, 20, 29, 30, 31):
             clock.now = 1000.0 + second
             sample = backend.sample(first)
             ages.append((_value(sample, m.SLOW_VALUES_AGE), _value(sample, m.RARE_VALUES_AGE)))
     finally:
         backend.close()
-    # GPU 0 reads its slow values at 0, 10, 20..., its energy at 0, 20, 40...
-    assert [slow for slow, _ in ages] == [0.0, 3.0, 9.0, 0.0, 2.0, 9.0, 0.0, 1.0]
-    assert [rare for _, rare in ages] == [0.0, 3.0, 9.0, 10.0, 12.0, 19.0, 0.0, 1.0]
+    # GPU 0 reads its slow values at 0, 10, 20..., its energy at 0, 30, 60...
+    assert [slow for slow, _ in ages] == [0.0, 3.0, 9.0, 0.0, 2.0, 9.0, 0.0, 9.0, 0.0, 1.0]
+    assert [rare for _, rare in ages] == [0.0, 3.0, 9.0, 10.0, 12.0, 19.0, 20.0, 29.0, 0.0, 1.0]
 
 
 def test_the_age_reaches_prometheus_and_fresh_values_stay_fresh(node):

@@ -56,7 +56,7 @@ def board() -> Board:
                            Query(rate(sel(m.AGENT_CYCLES)), AGENT)),
                 timeseries("Sample age", "Seconds since each device was last read, and since "
                            "its slow-cadence values (error counters, link states: read every "
-                           "--slow-read-interval), its rare-cadence ones (energy: every 2 slow "
+                           "--slow-read-interval), its rare-cadence ones (energy: every 3 slow "
                            "intervals) and its link byte counters (NVIDIA GPUs with GPM: when "
                            "due) were, as of that read.",
                            Query(sel(m.DEVICE_SAMPLE_AGE), "{{vendor}} {{index}} {{ray_node_id}}"),
