@@ -64,11 +64,22 @@ def test_hardware_that_is_there_but_unreadable_warns_once_however_often_it_is_re
 
 def test_a_device_that_had_answered_and_is_lost_is_a_warning(tmp_path):
     doc = load_scenario("hgx-h200")
-    doc["devices"][3]["lost_at_s"] = 1.5
-    # GPU 3 identified (not its placeholder, which a loaded machine may still list) and down
+    # Late enough that GPU 3 has answered first even on a loaded machine: a device lost
+    # before its first answer is a start-up failure, not a loss.
+    doc["devices"][3]["lost_at_s"] = 5.0
+    seen_up = False
+
+    def answered_then_lost(snapshot: dict) -> bool:
+        # GPU 3 itself (not its placeholder, which a loaded machine may still list)
+        nonlocal seen_up
+        gpu = next((x for x in snapshot["devices"]
+                    if x["index"] == "3" and x["model"] != "unknown"), None)
+        if gpu is not None and gpu["up"]:
+            seen_up = True
+        return seen_up and gpu is not None and not gpu["up"]
+
     lines = _log_of("--simulate", write_scenario(tmp_path, doc), seconds=1,
-                    until=lambda d: any(x["index"] == "3" and x["model"] != "unknown"
-                                        and not x["up"] for x in d["devices"]))
+                    until=answered_then_lost)
     warnings = _naming(lines, " WARNING ")
     assert len(warnings) == 1, "\n".join(lines)
     assert "nvidia device 3 (GPU-" in warnings[0] and " down: " in warnings[0], warnings
