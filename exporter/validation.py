@@ -195,6 +195,12 @@ class _Passed:
     limits: Mapping[str, float]
     track_counters: bool
 
+    def holds_for(self, readings: tuple[Reading, ...] | tuple[Link, ...],
+                  check: _SampleCheck) -> bool:
+        """Whether `readings` are these, checked under the same bounds and counter tracking."""
+        return (self.readings is readings and self.track_counters == check.track_counters
+                and self.limits == check.limits)
+
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
@@ -274,8 +280,7 @@ class _SampleCheck:
         """The readings that can be true (`readings` itself when all can)."""
         limits = self.limits
         passed = self.device.passed.get(where)
-        if (passed is not None and passed.readings is readings
-                and passed.track_counters == self.track_counters and passed.limits == limits):
+        if passed is not None and passed.holds_for(readings, self):
             return readings
         rules = self.device.rules_for(readings, where)
         kept: list[Reading] | None = None  # made at the first reading refused
@@ -303,8 +308,7 @@ class _SampleCheck:
     def links(self, links: tuple[Link, ...]) -> tuple[Link, ...]:
         """The links with only the readings that can be true (`links` itself when all can)."""
         passed = self.device.links_passed
-        if (passed is not None and passed.readings is links
-                and passed.track_counters == self.track_counters and passed.limits == self.limits):
+        if passed is not None and passed.holds_for(links, self):
             return links
         kept = tuple(self.link(link) for link in links)
         if all(map(operator.is_, kept, links)):
