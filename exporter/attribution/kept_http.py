@@ -44,8 +44,9 @@ def _proxied(server: str) -> bool:
 
 
 def get(url: str, headers: Mapping[str, str], timeout_s: float) -> bytes:
-    """The body of `GET url` (http:// only); `HttpStatusError` for a status other than 2xx,
-    `OSError` or `http.client.HTTPException` when the server cannot be asked."""
+    """The body of `GET url` (an http:// URL not proxied over a kept connection, any other
+    through urllib); `HttpStatusError` for a status other than 2xx, `OSError` or
+    `http.client.HTTPException` when the server cannot be asked."""
     parts = urlsplit(url)
     if parts.scheme != "http" or _proxied(parts.netloc):
         return _get_through_urllib(url, headers, timeout_s)
