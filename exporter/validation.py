@@ -65,7 +65,7 @@ _COUNTERS = frozenset(s.name for s in m.CATALOG if s.kind is m.Kind.COUNTER)
 # Each catalog metric's scope and own label names, for the check that the catalog knows it.
 _SHAPES = {s.name: (s.scope.value, frozenset(s.labels)) for s in m.CATALOG}
 _NUMBERS = (float, int)
-_METRIC, _LABELS = attrgetter("metric"), attrgetter("labels")
+_METRIC, _LABELS, _VALUE = attrgetter("metric"), attrgetter("labels"), attrgetter("value")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +160,11 @@ def _limits(readings: Iterable[Reading]) -> dict[str, float]:
 CounterKey = tuple[Hashable, ...]
 
 
+def _counter_key(reading: Reading, where: CounterKey) -> CounterKey:
+    """Where a counter reading's history is kept: its place, metric and labels."""
+    return (*where, reading.metric, reading.labels)
+
+
 @dataclass
 class _CounterHistory:
     """A counter's last exported value, and the run of lower readings seen since."""
@@ -204,11 +209,29 @@ class _Passed:
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
-    """The metrics and labels of a run of readings the catalog describes, and their rules."""
+    """The metrics and labels of a run of readings the catalog describes, and their rules:
+    each position's valid range, the positions a reading of the sample bounds and the
+    counters' positions, each with its key in the counter history."""
 
     metrics: tuple[str, ...]
     labels: tuple[tuple, ...]
     rules: tuple[_Rule, ...]
+    lows: tuple[float, ...]
+    highs: tuple[float, ...]
+    bounded: tuple[tuple[int, str, float], ...]  # (position, bounding metric, factor)
+    counters: tuple[tuple[int, CounterKey], ...]  # (position, counter history key)
+
+
+def _layout(metrics: tuple[str, ...], labels: tuple[tuple, ...], rules: tuple[_Rule, ...],
+            where: CounterKey) -> _Layout:
+    """The layout of readings at `where` with these metrics, labels and (catalog) rules."""
+    return _Layout(
+        metrics, labels, rules, tuple(rule.low for rule in rules),
+        tuple(rule.high for rule in rules),
+        tuple((position, rule.bound_by, rule.factor) for position, rule in enumerate(rules)
+              if rule.bound_by is not None),
+        tuple((position, (*where, metrics[position], labels[position]))
+              for position, rule in enumerate(rules) if rule.counter))
 
 
 def _fitting_rule(reading: Reading, scope: str) -> _Rule | None:
@@ -252,19 +275,21 @@ class _DeviceChecks:
             for key in [k for k in table if k[0] == "process" and k[1] not in pids]:
                 del table[key]
 
-    def rules_for(self, readings: tuple[Reading, ...],
-                  where: CounterKey) -> tuple[_Rule | None, ...]:
-        """Each reading's catalog rule where the catalog describes it at `where` (its metric,
-        its scope and its labels), else None; looked up again only when the metrics or labels
-        there are not those of the last readings there that the catalog described."""
+    def layout_of(self, readings: tuple[Reading, ...],
+                  where: CounterKey) -> tuple[_Layout | None, tuple[_Rule | None, ...]]:
+        """The layout of `readings` where the catalog describes every one of them at `where`
+        (its metric, its scope and its labels), else None; and each reading's rule (None
+        where the catalog does not describe it). Looked up again only when the metrics or
+        labels there are not those of the last readings there that the catalog described."""
         metrics, labels = tuple(map(_METRIC, readings)), tuple(map(_LABELS, readings))
         layout = self.layouts.get(where)
         if layout is not None and layout.metrics == metrics and layout.labels == labels:
-            return layout.rules
+            return layout, layout.rules
         rules = tuple(_fitting_rule(reading, where[0]) for reading in readings)
-        if None not in rules:
-            self.layouts[where] = _Layout(metrics, labels, rules)
-        return rules
+        if None in rules:
+            return None, rules
+        layout = self.layouts[where] = _layout(metrics, labels, rules, where)
+        return layout, rules
 
 
 @dataclass
@@ -278,11 +303,49 @@ class _SampleCheck:
 
     def keep(self, readings: tuple[Reading, ...], where: CounterKey) -> tuple[Reading, ...]:
         """The readings that can be true (`readings` itself when all can)."""
-        limits = self.limits
         passed = self.device.passed.get(where)
         if passed is not None and passed.holds_for(readings, self):
             return readings
-        rules = self.device.rules_for(readings, where)
+        layout, rules = self.device.layout_of(readings, where)
+        kept = None if layout is None else self._kept_in_layout(readings, layout)
+        if kept is None:
+            kept = self._kept_one_by_one(readings, rules, where)
+        if kept is readings:
+            self.device.passed[where] = _Passed(readings, self.limits, self.track_counters)
+        else:
+            self.device.passed.pop(where, None)
+        return kept
+
+    def _kept_in_layout(self, readings: tuple[Reading, ...],
+                        layout: _Layout) -> tuple[Reading, ...] | None:
+        """The readings kept, their values checked against the layout's ranges and bounds all
+        at once (`readings` itself when all are kept); None when some value is not a finite
+        number within them, for the one-by-one checks to say which (no counter checked yet:
+        those keep a history)."""
+        values = tuple(map(_VALUE, readings))
+        try:  # NaN fails both comparisons; a value that is not a number cannot be compared
+            if not (all(map(operator.le, layout.lows, values))
+                    and all(map(operator.le, values, layout.highs))):
+                return None
+        except TypeError:
+            return None
+        limits = self.limits
+        for position, bound_by, factor in layout.bounded:
+            limit = limits.get(bound_by)
+            if limit is not None and values[position] > factor * limit:
+                return None
+        if not self.track_counters:
+            return readings
+        refused = {position for position, key in layout.counters
+                   if not self._counter_accepts(readings[position], key)}
+        if not refused:
+            return readings
+        return tuple(r for position, r in enumerate(readings) if position not in refused)
+
+    def _kept_one_by_one(self, readings: tuple[Reading, ...], rules: tuple[_Rule | None, ...],
+                         where: CounterKey) -> tuple[Reading, ...]:
+        """The readings that can be true (`readings` itself when all can), checked in turn."""
+        limits = self.limits
         kept: list[Reading] | None = None  # made at the first reading refused
         for position, (reading, rule) in enumerate(zip(readings, rules, strict=True)):
             # The common case inline (it runs on every reading of every cycle): a reading the
@@ -292,18 +355,14 @@ class _SampleCheck:
                     and (rule.bound_by is None or rule.bound_by not in limits
                          or value <= rule.factor * limits[rule.bound_by])):
                 accepted = (not rule.counter or not self.track_counters
-                            or self._counter_accepts(reading, where))
+                            or self._counter_accepts(reading, _counter_key(reading, where)))
             else:
                 accepted = self._accepts(reading, where)
             if not accepted and kept is None:
                 kept = list(readings[:position])
             elif accepted and kept is not None:
                 kept.append(reading)
-        if kept is not None:
-            self.device.passed.pop(where, None)
-            return tuple(kept)
-        self.device.passed[where] = _Passed(readings, limits, self.track_counters)
-        return readings
+        return readings if kept is None else tuple(kept)
 
     def links(self, links: tuple[Link, ...]) -> tuple[Link, ...]:
         """The links with only the readings that can be true (`links` itself when all can)."""
@@ -332,12 +391,12 @@ class _SampleCheck:
             self.found.append(violation)
             return False
         if self.track_counters and reading.metric in _COUNTERS:
-            return self._counter_accepts(reading, where)
+            return self._counter_accepts(reading, _counter_key(reading, where))
         return True
 
-    def _counter_accepts(self, reading: Reading, where: CounterKey) -> bool:
-        """Whether a valid counter reading may follow its last exported value."""
-        key = (*where, reading.metric, reading.labels)
+    def _counter_accepts(self, reading: Reading, key: CounterKey) -> bool:
+        """Whether a valid counter reading may follow its last exported value (kept in the
+        device's counter history under `key`)."""
         if self.device.counter_accepts(key, reading.value):
             return True
         self.found.append(Violation(

@@ -200,6 +200,30 @@ def test_labels_that_go_wrong_after_good_cycles_are_refused_then(checked):
     assert validator.check(_sample(*SANE)).readings == SANE
 
 
+def test_values_that_go_wrong_after_good_cycles_are_refused_one_by_one(checked):
+    """Once the metrics and labels at a place are known, their values are checked all at once;
+    a value that fails there (not a number, out of range, over its bound) is found by the
+    checks in turn, which count each counter once."""
+    validator, tally = checked
+    for _ in range(2):
+        assert validator.check(_sample(*SANE)).readings == SANE
+
+    def with_values(**values: object) -> tuple[Reading, ...]:
+        return tuple(Reading(r.metric, values.get(r.metric, r.value), r.labels) for r in SANE)
+
+    out = validator.check(_sample(*with_values(**{m.POWER: "690", m.ENERGY: 0.5e6})))
+    assert m.POWER not in _values(out) and m.ENERGY not in _values(out)
+    assert out.errors[m.POWER].startswith(f"{NOT_FINITE}: ")
+    out = validator.check(_sample(*with_values(**{m.MEMORY_USAGE: 150 * GIB,
+                                                  m.ENERGY: 0.6e6})))
+    assert m.MEMORY_USAGE not in _values(out) and m.ENERGY not in _values(out)
+    assert tally.snapshot() == {(NOT_FINITE, m.POWER): 1, (OVER_LIMIT, m.MEMORY_USAGE): 1,
+                                (COUNTER_DECREASED, m.ENERGY): 2}
+    # Two lower readings so far, rising: the third in a row is an unannounced reset.
+    out = validator.check(_sample(*with_values(**{m.ENERGY: 0.7e6})))
+    assert out.readings == with_values(**{m.ENERGY: 0.7e6})
+
+
 def test_readings_handed_back_unchanged_are_checked_again_when_what_bounds_them_changed(
         checked):
     """A backend hands back the same readings tuple for what it did not read again; it
