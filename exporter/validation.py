@@ -160,9 +160,9 @@ def _limits(readings: Iterable[Reading]) -> dict[str, float]:
 CounterKey = tuple[Hashable, ...]
 
 
-def _counter_key(reading: Reading, where: CounterKey) -> CounterKey:
-    """Where a counter reading's history is kept: its place, metric and labels."""
-    return (*where, reading.metric, reading.labels)
+def _counter_key(where: CounterKey, metric: str, labels: tuple) -> CounterKey:
+    """Where a counter's history is kept: its place, metric and labels."""
+    return (*where, metric, labels)
 
 
 @dataclass
@@ -230,7 +230,7 @@ def _layout(metrics: tuple[str, ...], labels: tuple[tuple, ...], rules: tuple[_R
         tuple(rule.high for rule in rules),
         tuple((position, rule.bound_by, rule.factor) for position, rule in enumerate(rules)
               if rule.bound_by is not None),
-        tuple((position, (*where, metrics[position], labels[position]))
+        tuple((position, _counter_key(where, metrics[position], labels[position]))
               for position, rule in enumerate(rules) if rule.counter))
 
 
@@ -348,14 +348,16 @@ class _SampleCheck:
         limits = self.limits
         kept: list[Reading] | None = None  # made at the first reading refused
         for position, (reading, rule) in enumerate(zip(readings, rules, strict=True)):
-            # The common case inline (it runs on every reading of every cycle): a reading the
-            # catalog describes here (`rule`), a finite value within its bounds.
+            # The common case inline (it runs on every reading of a run where one value failed,
+            # each cycle while a device keeps answering it): a reading the catalog describes
+            # here (`rule`), a finite value within its bounds.
             value = reading.value
             if (rule is not None and type(value) in _NUMBERS and rule.low <= value <= rule.high
                     and (rule.bound_by is None or rule.bound_by not in limits
                          or value <= rule.factor * limits[rule.bound_by])):
                 accepted = (not rule.counter or not self.track_counters
-                            or self._counter_accepts(reading, _counter_key(reading, where)))
+                            or self._counter_accepts(
+                                reading, _counter_key(where, reading.metric, reading.labels)))
             else:
                 accepted = self._accepts(reading, where)
             if not accepted and kept is None:
@@ -391,7 +393,8 @@ class _SampleCheck:
             self.found.append(violation)
             return False
         if self.track_counters and reading.metric in _COUNTERS:
-            return self._counter_accepts(reading, _counter_key(reading, where))
+            key = _counter_key(where, reading.metric, reading.labels)
+            return self._counter_accepts(reading, key)
         return True
 
     def _counter_accepts(self, reading: Reading, key: CounterKey) -> bool:
