@@ -7,6 +7,7 @@ import math
 import random
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 
 from ray_accel.exporter.model import (
     Device,
@@ -145,3 +146,20 @@ def test_frame_keys_are_always_the_series_keys_of_their_sample() -> None:
         pairs = list(series_of(sample))
         assert frame.devices[0].keys == tuple(key for key, _ in pairs), (cycle, variant)
         assert list(frame.devices[0].values) == [value for _, value in pairs]
+
+
+def test_links_and_processes_handed_back_unchanged_keep_their_keys_and_values() -> None:
+    """A backend hands back the very links and processes tuples it did not read again; the
+    device's own readings still change around them, in values and in series."""
+    maker, device = FrameMaker(), GPUS[0]
+    base = _shaped_sample(device, 0)
+    owns = [(Reading("hw.power", 300.0), Reading("hw.temperature", 40.0)),
+            (Reading("hw.power", 301.0), Reading("hw.temperature", 41.0)),
+            (Reading("hw.power", 302.0),),
+            (Reading("hw.temperature", 42.0), Reading("hw.power", 303.0))]
+    for cycle, own in enumerate(owns):
+        sample = replace(base, readings=own)  # the same links and processes tuples
+        frame = maker.frame(NodeSnapshot(cycle, sample.taken_at, 1.0, {}, (), (sample,)))
+        pairs = list(series_of(sample))
+        assert frame.devices[0].keys == tuple(key for key, _ in pairs), cycle
+        assert list(frame.devices[0].values) == [value for _, value in pairs], cycle

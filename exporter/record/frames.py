@@ -16,7 +16,7 @@ from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
 
-from ..model import DeviceSample, NodeSnapshot, Reading
+from ..model import DeviceSample, Link, NodeSnapshot, ProcessSample, Reading
 
 # ("d", metric, labels) | ("l", link_type, link, metric, labels) | ("p", pid, metric, labels)
 SeriesKey = tuple
@@ -72,35 +72,59 @@ _READINGS, _LINK_TYPE, _INDEX, _PID = (attrgetter("readings"), attrgetter("link_
                                        attrgetter("index"), attrgetter("pid"))
 
 
-def _readings(sample: DeviceSample) -> tuple[Reading, ...]:
-    """Every reading of a sample (its own, its links', its processes') in `series_of` order."""
-    if not sample.links and not sample.processes:
-        return sample.readings
-    return tuple(chain(sample.readings, *map(_READINGS, sample.links),
-                       *map(_READINGS, sample.processes)))
+def _shape(readings: tuple[Reading, ...]) -> tuple[tuple[str, ...], tuple[tuple, ...]]:
+    """The metrics and labels of a run of readings, without a key tuple per series."""
+    return tuple(map(_METRIC, readings)), tuple(map(_LABELS, readings))
 
 
-def _shape(sample: DeviceSample, readings: tuple[Reading, ...]) -> tuple:
-    """What a sample's series keys are made of, without a key tuple per series: equal for
-    two samples exactly when `series_of` gives them the same keys."""
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    """A sample's links and processes as a frame keeps them: what they were made from (the
+    tuples themselves), their shape (equal for two samples exactly when `series_of` gives
+    their links and processes the same keys), their values in `series_of` order and when
+    the links' byte counters were read."""
+
+    links: tuple[Link, ...]
+    processes: tuple[ProcessSample, ...]
+    shape: tuple
+    values: array
+    counters_at: float | None
+
+
+def _tail(sample: DeviceSample) -> _Tail:
     links, processes = sample.links, sample.processes
-    return (tuple(map(_METRIC, readings)), tuple(map(_LABELS, readings)),
-            tuple(map(len, map(_READINGS, links))), tuple(map(_LINK_TYPE, links)),
-            tuple(map(_INDEX, links)), tuple(map(len, map(_READINGS, processes))),
-            tuple(map(_PID, processes)))
+    readings = tuple(chain(*map(_READINGS, links), *map(_READINGS, processes)))
+    shape = (_shape(readings), tuple(map(len, map(_READINGS, links))),
+             tuple(map(_LINK_TYPE, links)), tuple(map(_INDEX, links)),
+             tuple(map(len, map(_READINGS, processes))), tuple(map(_PID, processes)))
+    counters_at = next((link.counters_at for link in links if link.counters_at is not None),
+                       None)
+    return _Tail(links, processes, shape, array("d", map(_VALUE, readings)), counters_at)
 
 
 class FrameMaker:
-    """Turns snapshots into frames, reusing key tuples and error maps that did not change."""
+    """Turns snapshots into frames, reusing key tuples and error maps that did not change.
+
+    A device's links and processes are made into values again only when they are not the
+    very tuples of its last sample (a backend hands those back while it did not read them
+    again; nothing changes them once made): most cycles only the device's own readings
+    are new."""
 
     def __init__(self) -> None:
         # Per device: the shape of its last sample and the keys made from it.
         self._keys: dict[str, tuple[tuple, tuple[SeriesKey, ...]]] = {}
+        self._tails: dict[str, _Tail] = {}
         self._errors: dict[str, Mapping[str, str]] = {}
 
-    def _keys_of(self, sample: DeviceSample, readings: tuple[Reading, ...]
-                 ) -> tuple[SeriesKey, ...]:
-        uuid, shape = sample.device.uuid, _shape(sample, readings)
+    def _tail_of(self, sample: DeviceSample) -> _Tail:
+        uuid = sample.device.uuid
+        tail = self._tails.get(uuid)
+        if tail is None or tail.links is not sample.links or tail.processes is not sample.processes:
+            tail = self._tails[uuid] = _tail(sample)
+        return tail
+
+    def _keys_of(self, sample: DeviceSample, shape: tuple) -> tuple[SeriesKey, ...]:
+        uuid = sample.device.uuid
         known = self._keys.get(uuid)
         if known is None or known[0] != shape:
             known = self._keys[uuid] = (shape, tuple(key for key, _ in series_of(sample)))
@@ -115,10 +139,10 @@ class FrameMaker:
                 if self._errors.get(uuid) != sample.errors:
                     self._errors[uuid] = MappingProxyType(dict(sample.errors))
                 errors = self._errors[uuid]
-            counters_at = next((link.counters_at for link in sample.links
-                                if link.counters_at is not None), None)
-            readings = _readings(sample)
-            devices.append(DeviceFrame(uuid, sample.taken_at, sample.up, sample.stale,
-                                       self._keys_of(sample, readings),
-                                       array("d", map(_VALUE, readings)), errors, counters_at))
+            tail = self._tail_of(sample)
+            keys = self._keys_of(sample, (_shape(sample.readings), tail.shape))
+            values = array("d", map(_VALUE, sample.readings))
+            values.extend(tail.values)
+            devices.append(DeviceFrame(uuid, sample.taken_at, sample.up, sample.stale, keys,
+                                       values, errors, tail.counters_at))
         return Frame(snapshot.taken_at, tuple(devices))

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..model import BackendStatus, Device, NodeSnapshot
+from ..model import BackendStatus, Device, DeviceSample, Link, NodeSnapshot
 from .frames import DeviceFrame, Frame, FrameMaker, SeriesKey
 
 DEFAULT_MAX_AGE_S = 600.0
@@ -191,6 +191,7 @@ class History:
         self._backends: tuple[BackendStatus, ...] = ()
         self._interval_s = 1.0
         self._link_facts: dict[str, dict[tuple[str, int], Mapping[str, str]]] = {}
+        self._facts_from: dict[str, tuple[Link, ...]] = {}  # the links they were last kept from
 
     def add(self, snapshot: NodeSnapshot) -> None:
         """Keep `snapshot`'s values; drop what is older or beyond the memory cap."""
@@ -207,15 +208,22 @@ class History:
             self._new_key_bytes.clear()
             for sample in snapshot.devices:
                 self._devices[sample.device.uuid] = sample.device
-                for link in sample.links:
-                    if link.facts:
-                        self._link_facts.setdefault(sample.device.uuid, {})[
-                            (link.link_type, link.index)] = link.facts
+                self._keep_link_facts(sample)
             self._backends = snapshot.backends
             self._interval_s = snapshot.interval_s
             while self._frames and self._bytes > self.max_bytes:
                 self._drop_first(1)
             self._drop_aged(snapshot.taken_at - self.max_age_s)
+
+    def _keep_link_facts(self, sample: DeviceSample) -> None:
+        """What `sample`'s links connect to, unless they are the very links kept last time."""
+        uuid = sample.device.uuid
+        if self._facts_from.get(uuid) is sample.links:
+            return
+        self._facts_from[uuid] = sample.links
+        for link in sample.links:
+            if link.facts:
+                self._link_facts.setdefault(uuid, {})[(link.link_type, link.index)] = link.facts
 
     def _kept_keys(self, device: DeviceFrame) -> tuple[tuple[SeriesKey, ...], bytes | None]:
         """The keys to keep `device` under, and the raw values to pack it against (if any)."""
