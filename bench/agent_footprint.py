@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -42,6 +43,8 @@ HISTORY_FULL_S = 660.0
 # sets, 2.5 kB per frame when the processes change every 50 cycles) is reached after about
 # 1,700 cycles; the marks from this cycle on are taken as settled.
 HISTORY_CAP_CYCLES = 4_000
+# CPU is counted over this long a window, ending with the run (ticks of /proc are 10 ms).
+CPU_WINDOW_S = 120.0
 #: The figures issue 21 starts from (same simulated node, before this round).
 BEFORE = {"with_ray_mib": 136.0, "standalone_mib": 67.0, "ray_dashboard_agent_mib": 126.0,
           "cpu_share": 0.0245}
@@ -117,31 +120,38 @@ def _settled(agent: AgentProcess, ray: bool) -> None:
 
 
 def _window(agent: AgentProcess, others: dict[str, int], seconds: float,
-            scrape_every_s: float, cpu_last_s: float = 60.0) -> dict[str, dict[str, float]]:
-    """RSS after `seconds` and CPU share over their last `cpu_last_s`, of the agent and
-    of `others` (name -> pid)."""
+            scrape_every_s: float, quiet: threading.Event | None = None,
+            cpu_for_s: float = CPU_WINDOW_S) -> dict[str, dict[str, float]]:
+    """RSS after `seconds` (or once the CPU window ends, if later) and CPU share over the
+    window's `cpu_for_s`, of the agent and of `others` (name -> pid). The window ends at
+    `seconds` at the earliest, and starts only once `quiet` is set (another run sharing
+    the machine has ended)."""
     pids = {"agent": agent.proc.pid, **others}
     began = time.monotonic()
     start: dict[str, float] = {}
-    while time.monotonic() - began < seconds:
-        if not start and time.monotonic() - began >= seconds - cpu_last_s:
-            cpu_from = time.monotonic()
-            start = {name: process_cpu_s(pid) for name, pid in pids.items()}
+    cpu_from = began
+    while True:
+        now = time.monotonic()
+        if start and now - cpu_from >= cpu_for_s and now - began >= seconds:
+            break
+        if not start and now - began >= seconds - cpu_for_s and (quiet is None
+                                                                 or quiet.is_set()):
+            cpu_from, start = now, {name: process_cpu_s(pid) for name, pid in pids.items()}
         agent.get("/metrics")
         time.sleep(scrape_every_s)
-    if not start:
-        cpu_from, start = began, {name: process_cpu_s(pid) for name, pid in pids.items()}
     wall = time.monotonic() - cpu_from
-    return {name: {"cpu_share": (process_cpu_s(pid) - start[name]) / wall, "rss_mib": rss_mib(pid)}
+    return {name: {"cpu_share": (process_cpu_s(pid) - start[name]) / wall, "rss_mib": rss_mib(pid),
+                   "cpu_from_s": cpu_from - began, "cpu_for_s": wall}
             for name, pid in pids.items()}
 
 
 def standalone(hardware: SimulatedHardware, seconds: float = HISTORY_FULL_S,
-               scrape_every_s: float = 15.0) -> dict[str, float]:
+               scrape_every_s: float = 15.0,
+               quiet: threading.Event | None = None) -> dict[str, float]:
     """The agent without Ray at the default 1 s interval, scraped like Prometheus does."""
     with AgentProcess(*AGENT_ARGS, "--interval", "1", env=hardware.environ()) as agent:
         _settled(agent, ray=False)
-        return _window(agent, {}, seconds, scrape_every_s)["agent"]
+        return _window(agent, {}, seconds, scrape_every_s, quiet)["agent"]
 
 
 @contextmanager
@@ -187,14 +197,15 @@ def _dashboard_agent_pid(root: Path, timeout_s: float = 120.0) -> int:
 
 
 def with_ray(hardware: SimulatedHardware, seconds: float = HISTORY_FULL_S,
-             scrape_every_s: float = 15.0) -> dict[str, dict[str, float]]:
+             scrape_every_s: float = 15.0,
+             quiet: threading.Event | None = None) -> dict[str, dict[str, float]]:
     """The agent attributing to a local Ray head, beside Ray's dashboard agent of that head."""
     with _ray_head(hardware) as (cluster, ray_agent_pid):
         args = (*AGENT_ARGS, "--interval", "1", "--ray-address", cluster.gcs_address)
         with AgentProcess(*args, env={**cluster.env, **hardware.environ()}, ray=True) as agent:
             _settled(agent, ray=True)
             return _window(agent, {"ray_dashboard_agent": ray_agent_pid}, seconds,
-                           scrape_every_s)
+                           scrape_every_s, quiet)
 
 
 def agent_process(results: dict, hardware: SimulatedHardware, cycles: int) -> None:
@@ -202,12 +213,22 @@ def agent_process(results: dict, hardware: SimulatedHardware, cycles: int) -> No
 
     The three runs go side by side (each agent its own process, CPU counted per
     process), so the 11-minute windows take 11 minutes, not 33. The churn run
-    changes the processes of its own copy of the simulated node.
+    changes the processes of its own copy of the simulated node. The CPU windows
+    start once it has ended: an agent at 20 cycles a second on the same two CPUs
+    would otherwise be part of what the others are measured under.
     """
     churn_hardware = SimulatedHardware.start(hardware.scenario_name)
-    runs = {"footprint": lambda: memory_under_churn(churn_hardware, cycles),
-            "standalone": lambda: standalone(hardware),
-            "attributed": lambda: with_ray(hardware)}
+    churned = threading.Event()
+
+    def churn() -> dict[str, Any]:
+        try:
+            return memory_under_churn(churn_hardware, cycles)
+        finally:
+            churned.set()
+
+    runs = {"footprint": churn,
+            "standalone": lambda: standalone(hardware, quiet=churned),
+            "attributed": lambda: with_ray(hardware, quiet=churned)}
     try:
         with ThreadPoolExecutor(max_workers=len(runs)) as pool:
             done = {name: pool.submit(run) for name, run in runs.items()}
@@ -282,8 +303,11 @@ def footprint_sections(results: dict) -> list[str]:
         "",
         "## 4. Sampling interval",
         "",
-        "CPU per second of wall time over the last minute of the same runs (user + system, "
-        "all threads, HTTP included), at the default 1 s interval:",
+        f"CPU per second of wall time over {alone['cpu_for_s']:.0f} s of the same runs (user + "
+        "system, all threads, HTTP included), at the default 1 s interval, from "
+        f"{alone['cpu_from_s']:.0f} s (standalone) and {ray['cpu_from_s']:.0f} s (with Ray) "
+        "into their measured runs: once the churn run of section 3 had ended, so that "
+        "no third agent shared the two CPUs:",
         "",
         "| process | share of one core | before (issue 21) |",
         "|---|---|---|",
