@@ -158,6 +158,7 @@ def _limits(readings: Iterable[Reading]) -> dict[str, float]:
 
 
 CounterKey = tuple[Hashable, ...]
+_DEVICE: CounterKey = ("device",)  # where a device's own readings are
 
 
 def _counter_key(where: CounterKey, metric: str, labels: tuple) -> CounterKey:
@@ -220,6 +221,18 @@ class _Layout:
     highs: tuple[float, ...]
     bounded: tuple[tuple[int, str, float], ...]  # (position, bounding metric, factor)
     counters: tuple[tuple[int, CounterKey], ...]  # (position, counter history key)
+    bounding: tuple[tuple[str, tuple[int, ...]], ...]  # (bounding metric, its positions)
+
+    def limits(self, readings: tuple[Reading, ...]) -> dict[str, float]:
+        """`_limits(readings)` of readings in this layout, from the bounding positions only."""
+        limits: dict[str, float] = {}
+        for metric, positions in self.bounding:
+            for position in positions:
+                reading = readings[position]
+                if range_violation(reading, {}) is None and reading.value > 0:
+                    limits[metric] = reading.value
+                    break
+        return limits
 
 
 def _layout(metrics: tuple[str, ...], labels: tuple[tuple, ...], rules: tuple[_Rule, ...],
@@ -231,7 +244,9 @@ def _layout(metrics: tuple[str, ...], labels: tuple[tuple, ...], rules: tuple[_R
         tuple((position, rule.bound_by, rule.factor) for position, rule in enumerate(rules)
               if rule.bound_by is not None),
         tuple((position, _counter_key(where, metrics[position], labels[position]))
-              for position, rule in enumerate(rules) if rule.counter))
+              for position, rule in enumerate(rules) if rule.counter),
+        tuple((metric, tuple(p for p, other in enumerate(metrics) if other == metric))
+              for metric in dict.fromkeys(m for m in metrics if m in _BOUNDING)))
 
 
 def _fitting_rule(reading: Reading, scope: str) -> _Rule | None:
@@ -301,12 +316,15 @@ class _SampleCheck:
     track_counters: bool
     found: list[Violation] = field(default_factory=list)
 
-    def keep(self, readings: tuple[Reading, ...], where: CounterKey) -> tuple[Reading, ...]:
-        """The readings that can be true (`readings` itself when all can)."""
+    def keep(self, readings: tuple[Reading, ...], where: CounterKey,
+             layout_of: tuple[_Layout | None, tuple[_Rule | None, ...]] | None = None
+             ) -> tuple[Reading, ...]:
+        """The readings that can be true (`readings` itself when all can); `layout_of`, when
+        given, is the device's `layout_of(readings, where)`."""
         passed = self.device.passed.get(where)
         if passed is not None and passed.holds_for(readings, self):
             return readings
-        layout, rules = self.device.layout_of(readings, where)
+        layout, rules = layout_of or self.device.layout_of(readings, where)
         kept = None if layout is None else self._kept_in_layout(readings, layout)
         if kept is None:
             kept = self._kept_one_by_one(readings, rules, where)
@@ -426,8 +444,10 @@ class ReadingValidator:
         device = self._devices.setdefault(sample.device.uuid, _DeviceChecks())
         if not sample.up:
             device.forget_counters()  # lost or reset: its counters may start again from zero
-        check = _SampleCheck(device, _limits(sample.readings), track_counters=sample.up)
-        readings = check.keep(sample.readings, ("device",))
+        own = device.layout_of(sample.readings, _DEVICE)
+        limits = _limits(sample.readings) if own[0] is None else own[0].limits(sample.readings)
+        check = _SampleCheck(device, limits, track_counters=sample.up)
+        readings = check.keep(sample.readings, _DEVICE, own)
         links = check.links(sample.links)
         processes = tuple(check.process(p) for p in sample.processes)
         if sample.up:

@@ -124,6 +124,19 @@ def test_an_invalid_limit_bounds_nothing_and_is_dropped_itself(checked):
     assert tally.snapshot() == {(NOT_FINITE, m.MEMORY_LIMIT): 1}
 
 
+def test_the_first_valid_positive_limit_bounds_the_sample_every_cycle(checked):
+    """A limit read as zero or as no number bounds nothing; the next one of its metric does,
+    in the first cycle and in those after it, where the metrics and labels are known."""
+    validator, tally = checked
+    for cycle in range(3):
+        out = validator.check(_sample(Reading(m.POWER_LIMIT, 0.0), Reading(m.POWER, 1300.0),
+                                      Reading(m.POWER_LIMIT, math.nan),
+                                      Reading(m.POWER_LIMIT, 700.0), Reading(m.POWER, 1500.0)))
+        assert [r.value for r in out.readings if r.metric == m.POWER] == [1300.0], cycle
+        assert tally.snapshot() == {(OVER_LIMIT, m.POWER): cycle + 1,
+                                    (NOT_FINITE, m.POWER_LIMIT): cycle + 1}, cycle
+
+
 def test_the_log_says_it_once_per_device_and_metric(checked, caplog):
     validator, tally = checked
     other = Device("nvidia", "1", "GPU-1", "NVIDIA H200")
