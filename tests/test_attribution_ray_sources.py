@@ -159,11 +159,31 @@ class Workload:
 # ------------------------------------------------------------------ processes
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is in the stopped state (T in /proc's stat)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        if stat[stat.rindex(")") + 2] != "T":
+            return False
+    return True
+
+
 @contextlib.contextmanager
 def _stopped(pid: int) -> Iterator[None]:
-    """Freeze a process (SIGSTOP) for the block: it holds its sockets but answers nothing."""
+    """Freeze a process (SIGSTOP) for the block: it holds its sockets but answers nothing.
+
+    The block starts once every thread of it is stopped: on a loaded machine a thread may
+    take a while to be scheduled and reach the stop."""
     os.kill(pid, signal.SIGSTOP)
     try:
+        deadline = time.monotonic() + 10
+        while not _all_threads_stopped(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"process {pid} did not stop within 10 s")
+            time.sleep(0.01)
         yield
     finally:
         os.kill(pid, signal.SIGCONT)

@@ -34,15 +34,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.number = self.server.connections
 
     def do_GET(self) -> None:
+        # Read before the reply goes out: the client may change them once it has it.
+        close, drop = self.server.close_after_reply, self.server.drop_after_reply
         self.server.requests.append((self.number, self.path))
         body = f"answer {len(self.server.requests)}".encode()
         self.send_response(self.server.status)
         self.send_header("Content-Length", str(len(body)))
-        if self.server.close_after_reply:
+        if close:
             self.send_header("Connection", "close")
         self.end_headers()
+        self.close_connection = close or drop
         self.wfile.write(body)
-        self.close_connection = self.server.close_after_reply or self.server.drop_after_reply
 
     def log_message(self, *args: object) -> None:
         pass
