@@ -221,18 +221,11 @@ class _Layout:
     highs: tuple[float, ...]
     bounded: tuple[tuple[int, str, float], ...]  # (position, bounding metric, factor)
     counters: tuple[tuple[int, CounterKey], ...]  # (position, counter history key)
-    bounding: tuple[tuple[str, tuple[int, ...]], ...]  # (bounding metric, its positions)
+    bounding: tuple[int, ...]  # the positions of readings whose metric bounds others
 
     def limits(self, readings: tuple[Reading, ...]) -> dict[str, float]:
         """`_limits(readings)` of readings in this layout, from the bounding positions only."""
-        limits: dict[str, float] = {}
-        for metric, positions in self.bounding:
-            for position in positions:
-                reading = readings[position]
-                if range_violation(reading, {}) is None and reading.value > 0:
-                    limits[metric] = reading.value
-                    break
-        return limits
+        return _limits(map(readings.__getitem__, self.bounding))
 
 
 def _layout(metrics: tuple[str, ...], labels: tuple[tuple, ...], rules: tuple[_Rule, ...],
@@ -245,8 +238,7 @@ def _layout(metrics: tuple[str, ...], labels: tuple[tuple, ...], rules: tuple[_R
               if rule.bound_by is not None),
         tuple((position, _counter_key(where, metrics[position], labels[position]))
               for position, rule in enumerate(rules) if rule.counter),
-        tuple((metric, tuple(p for p, other in enumerate(metrics) if other == metric))
-              for metric in dict.fromkeys(m for m in metrics if m in _BOUNDING)))
+        tuple(position for position, metric in enumerate(metrics) if metric in _BOUNDING))
 
 
 def _fitting_rule(reading: Reading, scope: str) -> _Rule | None:
@@ -444,10 +436,10 @@ class ReadingValidator:
         device = self._devices.setdefault(sample.device.uuid, _DeviceChecks())
         if not sample.up:
             device.forget_counters()  # lost or reset: its counters may start again from zero
-        own = device.layout_of(sample.readings, _DEVICE)
-        limits = _limits(sample.readings) if own[0] is None else own[0].limits(sample.readings)
+        layout, rules = device.layout_of(sample.readings, _DEVICE)
+        limits = _limits(sample.readings) if layout is None else layout.limits(sample.readings)
         check = _SampleCheck(device, limits, track_counters=sample.up)
-        readings = check.keep(sample.readings, _DEVICE, own)
+        readings = check.keep(sample.readings, _DEVICE, (layout, rules))
         links = check.links(sample.links)
         processes = tuple(check.process(p) for p in sample.processes)
         if sample.up:
