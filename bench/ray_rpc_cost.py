@@ -28,18 +28,19 @@ import time
 _CLIENT = r"""
 import json, os, resource, sys, time
 from ray_accel.exporter.attribution.ray_generated import generated
-from ray_accel.exporter.attribution.ray_grpc import GrpcEndpoint
+from ray_accel.exporter.attribution.ray_grpc import GrpcEndpoint, rpc_method
 
 def cpu_s():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
-address, calls, gap_s, idle_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+address, calls = sys.argv[1], int(sys.argv[2])
+gap_s, idle_s = float(sys.argv[3]), float(sys.argv[4])
 endpoint = GrpcEndpoint(address, "raylet")
-stub = generated("node_manager_pb2_grpc").NodeManagerServiceStub
+method = rpc_method("node_manager_pb2", "NodeManagerService", "GetNodeStats")
 request = generated("node_manager_pb2").GetNodeStatsRequest(include_memory_info=False)
 def ask():
-    return endpoint.call(stub, "GetNodeStats", request, 2.0)
+    return endpoint.call(method, request, 2.0)
 for _ in range(3):
     reply = ask()
 started = cpu_s(); time.sleep(idle_s); idle = (cpu_s() - started) / idle_s

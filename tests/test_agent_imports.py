@@ -91,10 +91,11 @@ def test_standalone_nvidia_agent_imports_no_other_vendor_subcommand_or_grpc(hard
 
 def test_attributing_agent_talks_grpc_to_the_gcs_without_importing_ray(hardware, tmp_path):
     # A GCS address where nothing listens: discovery asks it over gRPC with Ray's
-    # generated messages, fails, and retries; Ray's package is never imported.
+    # generated messages, fails, and retries; neither Ray's package nor grpcio is imported
+    # (the agent's own client speaks the protocol).
     modules = agent_modules(hardware, tmp_path, "--backend", "nvidia",
                             "--ray-address", f"127.0.0.1:{_free_port()}")
     assert "ray_accel.exporter.attribution.ray_sources" in modules
-    assert "grpc" in modules
+    assert "ray_accel.exporter.attribution.grpc_unary" in modules and "h2" in modules
     assert any(m.endswith(".gcs_service_pb2") for m in modules)
-    assert loaded(modules, NOT_FOR_AN_NVIDIA_AGENT) == []
+    assert loaded(modules, (*NOT_FOR_AN_NVIDIA_AGENT, "grpc")) == []

@@ -2,7 +2,7 @@
 
 The attribution modules replicate what the agent used to import from Ray
 (addresses, the temp dir, raylet detection, placement-group names, gRPC
-channel options, the token lookup, the State API query, the generated
+connection options, the token lookup, the State API query, the generated
 messages). Each test compares the replica with Ray 2.60's own function on the
 same inputs, so a Ray upgrade that changes one of them fails here first. The
 end-to-end behaviour (a real token-auth cluster) is in test_attribution_ray_sources.py and
@@ -100,17 +100,17 @@ def test_placement_group_resource_names_as_in_ray(name):
     assert ray_records._base_resource(name) == expected
 
 
-def test_channels_open_with_rays_options(monkeypatch):
+def test_connections_open_with_rays_options(monkeypatch):
     import ray
 
-    options = dict(ray_grpc.channel_options())
-    assert options["grpc.max_receive_message_length"] == ray_constants.GRPC_CPP_MAX_MESSAGE_SIZE
-    assert options["grpc.enable_http_proxy"] == ray_constants.GRPC_ENABLE_HTTP_PROXY
-    assert options["grpc.keepalive_time_ms"] == ray._config.grpc_client_keepalive_time_ms()
-    assert options["grpc.keepalive_timeout_ms"] == \
-        ray._config.grpc_client_keepalive_timeout_ms()
+    options = ray_grpc.connection_options()
+    assert options.max_message_bytes == ray_constants.GRPC_CPP_MAX_MESSAGE_SIZE
+    assert options.use_proxy == bool(ray_constants.GRPC_ENABLE_HTTP_PROXY)
+    assert options.idle_reconnect_s == ray._config.grpc_client_keepalive_time_ms() / 1000
     monkeypatch.setenv("RAY_grpc_client_keepalive_time_ms", "1234")
-    assert dict(ray_grpc.channel_options())["grpc.keepalive_time_ms"] == 1234
+    monkeypatch.setenv("RAY_grpc_enable_http_proxy", "1")
+    options = ray_grpc.connection_options()
+    assert options.idle_reconnect_s == 1.234 and options.use_proxy
 
 
 def test_the_dashboard_is_found_under_rays_key():
@@ -203,3 +203,18 @@ print("ray" in sys.modules, request.SerializeToString().hex())
     assert out[0] == "False"
     theirs = gcs_service_pb2.GetAllNodeInfoRequest.FromString(bytes.fromhex(out[1]))
     assert theirs.limit == 3 and theirs.node_selectors[0].node_id.hex() == "ab12"
+
+
+def test_attribution_reaches_ray_without_grpcio():
+    probe = """
+import sys
+from ray_accel.exporter.attribution.ray_grpc import rpc_method
+from ray_accel.exporter.attribution.ray_sources import RaySources
+from ray_accel.exporter.cluster.gcs import ClusterGcs
+method = rpc_method("node_manager_pb2", "NodeManagerService", "GetNodeStats")
+print(method.path, method.reply_type.DESCRIPTOR.full_name, "grpc" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["/ray.rpc.NodeManagerService/GetNodeStats", "ray.rpc.GetNodeStatsReply",
+                   "False"]

@@ -36,7 +36,7 @@ from typing import Any
 from .ray_addresses import build_address, canonical, explicit_address
 from .ray_errors import RayNotFound, RaySourceError
 from .ray_generated import generated
-from .ray_grpc import GrpcEndpoint
+from .ray_grpc import GrpcEndpoint, rpc_method
 from .ray_records import (
     LocalRayNode,
     RayWorkerInfo,
@@ -100,8 +100,8 @@ def _alive_nodes(gcs: GrpcEndpoint, node_ids: list[str], timeout_s: float) -> li
     )
     if not node_ids:
         request.limit = 1
-    reply = gcs.call(generated("gcs_service_pb2_grpc").NodeInfoGcsServiceStub,
-                     "GetAllNodeInfo", request, timeout_s)
+    reply = gcs.call(rpc_method("gcs_service_pb2", "NodeInfoGcsService", "GetAllNodeInfo"),
+                     request, timeout_s)
     return list(reply.node_info_list) if node_ids else []
 
 
@@ -189,8 +189,7 @@ class RaySources:
         self._check_open()
         deadline = _Deadline(timeout_s)
         reply = self._raylet.call(
-            generated("node_manager_pb2_grpc").NodeManagerServiceStub,
-            "GetNodeStats",
+            rpc_method("node_manager_pb2", "NodeManagerService", "GetNodeStats"),
             generated("node_manager_pb2").GetNodeStatsRequest(include_memory_info=False),
             deadline.remaining(),
         )
@@ -220,7 +219,7 @@ class RaySources:
         request = core_worker.GetCoreWorkerStatsRequest(
             intended_worker_id=bytes.fromhex(worker.worker_id), include_task_info=True, limit=0)
         reply = self._worker_endpoint(worker.address).call(
-            generated("core_worker_pb2_grpc").CoreWorkerServiceStub, "GetCoreWorkerStats",
+            rpc_method("core_worker_pb2", "CoreWorkerService", "GetCoreWorkerStats"),
             request, timeout_s)
         answered = reply.core_worker_stats.worker_id.hex()
         if answered != worker.worker_id:
@@ -339,8 +338,8 @@ class RaySources:
         service = generated("gcs_service_pb2")
         request = service.GetAllActorInfoRequest(
             filters=service.GetAllActorInfoRequest.Filters(actor_id=bytes.fromhex(actor_id)))
-        reply = self._gcs.call(generated("gcs_service_pb2_grpc").ActorInfoGcsServiceStub,
-                               "GetAllActorInfo", request, timeout_s)
+        method = rpc_method("gcs_service_pb2", "ActorInfoGcsService", "GetAllActorInfo")
+        reply = self._gcs.call(method, request, timeout_s)
         return list(reply.actor_table_data)
 
     def _worker_endpoint(self, address: str) -> GrpcEndpoint:
@@ -363,8 +362,8 @@ class RaySources:
     def _dashboard_address(self, timeout_s: float) -> str:
         request = generated("gcs_service_pb2").InternalKVGetRequest(
             key=_DASHBOARD_ADDRESS_KEY, namespace=_DASHBOARD_NAMESPACE)
-        reply = self._gcs.call(generated("gcs_service_pb2_grpc").InternalKVGcsServiceStub,
-                               "InternalKVGet", request, timeout_s)
+        method = rpc_method("gcs_service_pb2", "InternalKVGcsService", "InternalKVGet")
+        reply = self._gcs.call(method, request, timeout_s)
         if reply.status.code != 0 or not reply.value:
             raise RaySourceError(
                 f"the GCS at {self._gcs.address} knows no dashboard; the State API needs "

@@ -10,11 +10,12 @@ constructor blocks for 40 s when the GCS cannot be reached.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..attribution.ray_addresses import explicit_address
 from ..attribution.ray_errors import RaySourceError
 from ..attribution.ray_generated import generated
-from ..attribution.ray_grpc import GrpcEndpoint
+from ..attribution.ray_grpc import GrpcEndpoint, rpc_method
 from ..attribution.ray_sources import RaySources
 from ..attribution.ray_token import enable_if_token_available
 
@@ -54,7 +55,6 @@ class ClusterGcs:
         self.timeout_s = timeout_s
         self._endpoint = GrpcEndpoint(address, "GCS")
         self._messages = generated("gcs_service_pb2")
-        self._kv = generated("gcs_service_pb2_grpc").InternalKVGcsServiceStub
 
     def nodes(self, alive_only: bool = False) -> list[ClusterNode]:
         """The nodes the GCS knows (dead ones too unless `alive_only`), head first."""
@@ -62,8 +62,9 @@ class ClusterGcs:
         request = self._messages.GetAllNodeInfoRequest()
         if alive_only:
             request.state_filter = alive
-        reply = self._endpoint.call(generated("gcs_service_pb2_grpc").NodeInfoGcsServiceStub,
-                                    "GetAllNodeInfo", request, self.timeout_s)
+        reply = self._endpoint.call(
+            rpc_method("gcs_service_pb2", "NodeInfoGcsService", "GetAllNodeInfo"), request,
+            self.timeout_s)
         nodes = [
             ClusterNode(node_id=n.node_id.hex(), node_ip=n.node_manager_address,
                         hostname=n.node_manager_hostname, is_head=n.is_head_node,
@@ -79,24 +80,29 @@ class ClusterGcs:
                 return node
         raise RaySourceError(f"the GCS at {self.address} lists no alive head node")
 
+    def _kv(self, method: str, request: Any) -> Any:
+        """One call of the GCS's internal KV service."""
+        return self._endpoint.call(rpc_method("gcs_service_pb2", "InternalKVGcsService", method),
+                                   request, self.timeout_s)
+
     def kv_put(self, namespace: str, key: str, value: bytes) -> None:
         """Set `key` to `value`, replacing what was there."""
         request = self._messages.InternalKVPutRequest(
             namespace=namespace.encode(), key=key.encode(), value=value, overwrite=True)
-        self._check(self._endpoint.call(self._kv, "InternalKVPut", request, self.timeout_s), "put")
+        self._check(self._kv("InternalKVPut", request), "put")
 
     def kv_get(self, namespace: str, key: str) -> bytes | None:
         """The value of `key`, or None when it is not set."""
         request = self._messages.InternalKVGetRequest(namespace=namespace.encode(),
                                                       key=key.encode())
-        reply = self._endpoint.call(self._kv, "InternalKVGet", request, self.timeout_s)
+        reply = self._kv("InternalKVGet", request)
         return reply.value if reply.status.code == 0 else None
 
     def kv_delete(self, namespace: str, key: str) -> bool:
         """Delete `key`; True when it existed."""
         request = self._messages.InternalKVDelRequest(namespace=namespace.encode(),
                                                       key=key.encode())
-        reply = self._endpoint.call(self._kv, "InternalKVDel", request, self.timeout_s)
+        reply = self._kv("InternalKVDel", request)
         self._check(reply, "delete")
         return reply.deleted_num > 0
 
@@ -104,13 +110,13 @@ class ClusterGcs:
         """Every key starting with `prefix` and its value."""
         keys_request = self._messages.InternalKVKeysRequest(namespace=namespace.encode(),
                                                             prefix=prefix.encode())
-        keys = self._endpoint.call(self._kv, "InternalKVKeys", keys_request, self.timeout_s)
+        keys = self._kv("InternalKVKeys", keys_request)
         self._check(keys, "list keys")
         if not keys.results:
             return {}
         request = self._messages.InternalKVMultiGetRequest(namespace=namespace.encode(),
                                                            keys=list(keys.results))
-        reply = self._endpoint.call(self._kv, "InternalKVMultiGet", request, self.timeout_s)
+        reply = self._kv("InternalKVMultiGet", request)
         self._check(reply, "read")
         return {entry.key.decode(errors="replace"): entry.value for entry in reply.results}
 
