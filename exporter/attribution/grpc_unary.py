@@ -136,20 +136,17 @@ class UnaryConnection:
         """Whether the server has neither closed the connection nor said it will (GOAWAY)
         since the last call; what it sent meanwhile (a ping, settings) is handled."""
         assert self._sock is not None and self._h2 is not None
-        while select.select([self._sock], [], [], 0)[0]:
-            try:
+        try:
+            while select.select([self._sock], [], [], 0)[0]:
                 data = self._sock.recv(65536)
-            except OSError:
-                return False
-            if not data:
-                return False
-            try:
+                if not data:
+                    return False
                 events = self._h2.receive_data(data)
-            except h2.exceptions.H2Error:
-                return False
-            if any(isinstance(event, h2.events.ConnectionTerminated) for event in events):
-                return False
-            self._flush()
+                if any(isinstance(event, h2.events.ConnectionTerminated) for event in events):
+                    return False
+                self._flush()
+        except (OSError, h2.exceptions.H2Error):
+            return False
         return True
 
     def _open(self, deadline: _Deadline) -> None:
