@@ -271,7 +271,7 @@ def test_status_lists_every_agent(deployment: Deployment):
     header, *lines = table.stdout.splitlines()
     assert header.split()[:4] == ["NODE", "ID", "NODE", "IP"]
     assert len(lines) == len(rows)
-    assert all(" ok " in line and "deployed" in line for line in lines)
+    assert all(" ok " in line and "deployed" in line for line in lines), table.stdout
 
 
 def test_undeploy_removes_agents_and_registrations(deployment: Deployment):
