@@ -75,8 +75,11 @@ class _Deadline:
         """Seconds left; `RpcFailure` DEADLINE_EXCEEDED once none are."""
         left = self._at - time.monotonic()
         if left <= 0:
-            raise RpcFailure("DEADLINE_EXCEEDED", f"no answer within {self.seconds:.1f} s")
+            raise self.exceeded()
         return left
+
+    def exceeded(self) -> RpcFailure:
+        return RpcFailure("DEADLINE_EXCEEDED", f"no answer within {self.seconds:.1f} s")
 
 
 class UnaryConnection:
@@ -112,9 +115,8 @@ class UnaryConnection:
         except (OSError, h2.exceptions.H2Error) as error:
             self.close()
             if isinstance(error, TimeoutError):
-                raise RpcFailure("DEADLINE_EXCEEDED",
-                                 f"no answer within {timeout_s:.1f} s") from error
-            raise RpcFailure("UNAVAILABLE", _said(error)) from error
+                raise deadline.exceeded() from error
+            raise RpcFailure("UNAVAILABLE", str(error) or type(error).__name__) from error
         finally:
             self._last_used = time.monotonic()
 
@@ -300,7 +302,3 @@ def _through_proxy(proxy: tuple[str, int], target: str, deadline: _Deadline) -> 
         sock.close()
         raise
     return sock
-
-
-def _said(error: BaseException) -> str:
-    return str(error) or type(error).__name__
