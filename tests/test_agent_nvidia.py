@@ -12,6 +12,9 @@ from metrics_text import by_index, series
 from nvml_scenarios import scenario
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 
+from ray_accel.exporter.cluster.cli import status_table
+from ray_accel.exporter.cluster.deploy import AgentStatus, probe_health
+
 
 def test_demo_scenario_serves_eight_simulated_h200s():
     with AgentProcess("--simulate", "hgx-h200", "--interval", "0.5") as agent:
@@ -70,6 +73,14 @@ def test_hung_nvml_call_does_not_delay_metrics(tmp_path):
         health = agent.json("/healthz")  # serving goes on; the hung device is named
         assert health["status"] == "degraded"
         assert [(p["index"], p["state"]) for p in health["not_answering"]] == [("2", "stale")]
+        # `ray-accel status` shows the same, a line for each device not answering
+        status, problems = probe_health(agent.url)
+        assert status == "degraded" and len(problems) == 1, problems
+        assert problems[0].startswith("nvidia 2 stale: "), problems
+        table = status_table([AgentStatus("node", "127.0.0.1", agent.url, status,
+                                          not_answering=problems)])
+        assert table.splitlines()[0].endswith("NOT ANSWERING")
+        assert table.splitlines()[1].endswith(problems[0])
 
 
 def test_lost_gpu_is_down_while_others_report(tmp_path):

@@ -260,10 +260,13 @@ def test_an_agent_ray_gave_up_on_is_started_again(deployment: Deployment):
 
 
 def test_status_lists_every_agent(deployment: Deployment):
-    rows = deployment.status()
+    # Health is a moment's: on a loaded machine a device read late at the agents' 0.5 s
+    # interval is stale (degraded, and named) until its next answer.
+    rows = wait_until(lambda: (r := deployment.status()) and all(
+        row["health"] == "ok" for row in r.values()) and r, "every agent ok")
     assert rows.keys() == deployment.scenarios.keys()
     for row in rows.values():
-        assert row["health"] == "ok", row
+        assert row["not_answering"] == []
         assert row["simulated"] is True and row["deployed"] is True
         assert row["node_ip"] == "127.0.0.1" and row["url"].startswith("http://127.0.0.1:")
     table = deployment.cli("status", "--address", deployment.cluster.gcs_address)

@@ -275,24 +275,27 @@ def _run_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         if args.json:
             print(json.dumps([vars(row) for row in rows], indent=2))
         else:
-            print(_table(rows))
+            print(status_table(rows))
         return 0
 
     return _with_cluster("status", body, args.address)
 
 
-def _table(rows) -> str:
+def status_table(rows: list) -> str:
+    """`ray-accel status`'s table: a line per row of `cluster_status`, columns aligned."""
     def mode(row) -> str:
         return "" if row.deployed is None else ("deployed" if row.deployed else "standalone")
 
     def flag(value: bool | None) -> str:
         return "" if value is None else ("yes" if value else "no")
 
-    header = ("NODE ID", "NODE IP", "URL", "HEALTH", "SIMULATED", "MODE", "PID", "HEARTBEAT")
+    header = ("NODE ID", "NODE IP", "URL", "HEALTH", "SIMULATED", "MODE", "PID", "HEARTBEAT",
+              "NOT ANSWERING")
     lines = [header] + [
         (row.node_id, row.node_ip, row.url, row.health, flag(row.simulated), mode(row),
          "" if row.pid is None else str(row.pid),
-         "" if row.heartbeat_age_s is None else f"{row.heartbeat_age_s:g}s ago")
+         "" if row.heartbeat_age_s is None else f"{row.heartbeat_age_s:g}s ago",
+         "; ".join(row.not_answering))
         for row in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

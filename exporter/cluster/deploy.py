@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
@@ -148,21 +148,38 @@ class AgentStatus:
     deployed: bool | None = None
     pid: int | None = None
     heartbeat_age_s: float | None = None
+    #: What the agent's /healthz names as not answering, one line each ("nvidia 3 stale: ...").
+    not_answering: list[str] = field(default_factory=list)
 
 
-def probe_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> str:
-    """The agent's /healthz status ("ok", "stalled", "starting"), or why it did not answer."""
+def _problem_line(problem: dict) -> str:
+    """One entry of /healthz's `not_answering` as a line: what, its state, and why."""
+    what = (f"backend {problem['backend']}" if "backend" in problem
+            else f"{problem.get('vendor', '?')} {problem.get('index', '?')}")
+    return f"{what} {problem.get('state', 'down')}: {problem.get('reason', 'not answering')}"
+
+
+def probe_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[str, list[str]]:
+    """The agent's /healthz status ("ok", "degraded", "stalled", "starting") with what it
+    names as not answering, or why it did not answer (and nothing named)."""
+    fallback = "unknown"
     try:
         with open_agent(f"{url}/healthz", timeout_s) as response:
-            return json.loads(response.read()).get("status", "unknown")
-    except urllib.error.HTTPError as error:
-        try:
-            return json.loads(error.read()).get("status", f"HTTP {error.code}")
-        except ValueError:
-            return f"HTTP {error.code}"
+            body = response.read()
+    except urllib.error.HTTPError as error:  # 503 (starting, stalled) still carries the document
+        body, fallback = error.read(), f"HTTP {error.code}"
     except (OSError, ValueError) as error:
-        reason = getattr(error, "reason", error)
-        return f"unreachable ({reason})"
+        return f"unreachable ({getattr(error, 'reason', error)})", []
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return fallback, []
+    if not isinstance(document, dict):
+        return fallback, []
+    problems = document.get("not_answering")
+    lines = ([_problem_line(p) for p in problems if isinstance(p, dict)]
+             if isinstance(problems, list) else [])
+    return str(document.get("status", fallback)), lines
 
 
 def cluster_status(gcs: ClusterGcs) -> list[AgentStatus]:
@@ -184,9 +201,9 @@ def cluster_status(gcs: ClusterGcs) -> list[AgentStatus]:
         rows.append(row)
     probes = [r for r in rows if r.url and not r.health]
     with ThreadPoolExecutor(max_workers=16) as pool:
-        for row, health in zip(probes, pool.map(lambda r: probe_health(r.url), probes),
-                               strict=True):
-            row.health = health
+        for row, (health, problems) in zip(
+                probes, pool.map(lambda r: probe_health(r.url), probes), strict=True):
+            row.health, row.not_answering = health, problems
     return rows
 
 
