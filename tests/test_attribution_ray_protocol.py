@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.parse
 
 import pytest
@@ -182,6 +183,38 @@ def test_token_is_found_as_rays_loader_finds_it(case, tmp_path, monkeypatch):
     if case in ("home file", "path file wins over home", "variable wins over files",
                 "mode token"):
         assert ours[1].startswith("tok-")
+
+
+def test_a_token_file_is_read_again_only_when_it_changed(tmp_path, monkeypatch):
+    path = tmp_path / "token"
+    path.write_text("tok-one\n")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    opened = []
+
+    def counting_open(*args, **kwargs):
+        opened.append(args[0])
+        return open(*args, **kwargs)
+
+    monkeypatch.setattr(ray_token, "open", counting_open, raising=False)
+    settled = ray_token.SETTLED_AFTER_NS / 1e9 + 0.2
+    assert ray_token.current_token() == "tok-one"  # just written: read each time
+    time.sleep(settled)
+    assert [ray_token.current_token() for _ in range(3)] == ["tok-one"] * 3
+    assert len(opened) == 2  # once while it was new, once when it had settled
+    # Rotated in place to a token of the same length, its modification time put back:
+    # its status time still moves, and the new token is sent.
+    before = path.stat()
+    path.write_text("tok-two\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    time.sleep(settled)
+    assert ray_token.current_token() == "tok-two"
+    assert len(opened) == 3
+    path.unlink()  # gone: nothing is sent, and the token comes back with the file
+    assert ray_token.current_token() is None
+    path.write_text("tok-three")
+    assert ray_token.current_token() == "tok-three"
 
 
 def test_generated_messages_load_without_ray_and_match_rays():

@@ -14,6 +14,7 @@ turns it on when a token is found, as `ray.init(address="auto")` does
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
@@ -76,20 +77,41 @@ def _default_token_path() -> str:
     return str(Path(home or ".") / ".ray" / "auth_token")
 
 
+# path -> (the file's identity and times when read, its first line)
+_read_lines: dict[str, tuple[tuple[int, ...], str]] = {}
+# A file changed this recently is read on every call: file times tick coarsely (a few
+# milliseconds), so a second change within the same tick would leave them as they were.
+SETTLED_AFTER_NS = 1_000_000_000
+
+
 def _first_line(path: str) -> str:
+    """The file's first line, stripped; "" when it cannot be read. Read again only when
+    the file changed (inode, size, content or status times: a rotation, a chmod)."""
     try:
+        status = os.stat(path)
+        seen = (status.st_ino, status.st_dev, status.st_size, status.st_mtime_ns,
+                status.st_ctime_ns)
+        known = _read_lines.get(path)
+        if known is not None and known[0] == seen:
+            return known[1]
         with open(path, encoding="utf-8", errors="replace") as token_file:
-            return token_file.readline().strip(_WHITESPACE)
+            line = token_file.readline().strip(_WHITESPACE)
     except OSError:
+        _read_lines.pop(path, None)
         return ""
+    if time.time_ns() - max(status.st_mtime_ns, status.st_ctime_ns) > SETTLED_AFTER_NS:
+        _read_lines[path] = (seen, line)
+    else:
+        _read_lines.pop(path, None)
+    return line
 
 
 def current_token() -> str | None:
     """The token to send: found afresh on each call while token mode is on, else None.
 
-    Ray's loader caches the token until told to reload; reading the sources on
-    every call (a small file at most, every few seconds) uses a rotated token
-    at once and a token that became unreadable is not sent.
+    Ray's loader caches the token until told to reload; looking at the sources on
+    every call (a file is read again when it changed) uses a rotated token at once
+    and a token that became unreadable is not sent.
     """
     if not token_mode():
         return None
