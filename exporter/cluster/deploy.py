@@ -167,7 +167,11 @@ def probe_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[str, li
         with open_agent(f"{url}/healthz", timeout_s) as response:
             body = response.read()
     except urllib.error.HTTPError as error:  # 503 (starting, stalled) still carries the document
-        body, fallback = error.read(), f"HTTP {error.code}"
+        fallback = f"HTTP {error.code}"
+        try:
+            body = error.read()
+        except OSError:
+            return fallback, []
     except (OSError, ValueError) as error:
         return f"unreachable ({getattr(error, 'reason', error)})", []
     try:
