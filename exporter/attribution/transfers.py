@@ -79,11 +79,11 @@ class ActorTask:
 
 @dataclass(frozen=True, slots=True)
 class SystemCall:
-    """A long-running `__ray_call__` of an actor on this node, with the devices the actor holds."""
+    """A long-running `__ray_call__` of an actor on this node (the sinks add the devices the
+    actor holds, from the snapshot's holders)."""
 
     task: ActorTask
     age_s: float
-    devices: tuple[str, ...] = ()
 
     @property
     def state(self) -> str:
@@ -134,21 +134,13 @@ class Transfer:
         }
 
 
-def long_running_calls(tasks: Iterable[ActorTask], now: float, report_after_s: float,
-                       actor_devices: Mapping[str, tuple[str, ...]] | None = None,
-                       local_actors: frozenset[str] | None = None) -> tuple[SystemCall, ...]:
-    """The unfinished `__ray_call__` tasks older than `report_after_s`, oldest first.
-
-    `local_actors`, when given, keeps only calls of those actors (a pending task
-    may not name its node yet, so a node's calls are picked by actor).
-    """
-    devices = actor_devices or {}
+def long_running_calls(tasks: Iterable[ActorTask], now: float,
+                       report_after_s: float) -> tuple[SystemCall, ...]:
+    """The unfinished `__ray_call__` tasks older than `report_after_s`, oldest first."""
     found = [
-        SystemCall(task, task.age_s(now), devices.get(task.actor_id, ()))
+        SystemCall(task, task.age_s(now))
         for task in tasks
-        if task.is_system_call and task.state not in _DONE
-        and (local_actors is None or task.actor_id in local_actors)
-        and task.age_s(now) >= report_after_s
+        if task.is_system_call and task.state not in _DONE and task.age_s(now) >= report_after_s
     ]
     return tuple(sorted(found, key=lambda c: (-c.age_s, c.task.task_id)))
 
