@@ -503,10 +503,11 @@ FINDINGS = [
     "machine (Ray's dashboard agent 2.74 % against 2.44 % in the run before), took 1.30 % "
     "standalone and 1.55 % with Ray; it began at load 1.6, with other work on the two CPUs.",
     "",
-    "2026-12-07, the agent's code as at 3ec037d (the commits since change `ray-accel status` "
-    "and tests), on a quiet machine: two runs of this bench, the CPU windows at load 0.1-0.3 "
-    "in both, took 0.78 % standalone and 0.94 % with Ray (c86232a) and 0.84 % and 1.02 % "
-    "(3e3b349, the table above), Ray's dashboard agent 2.11 % and 2.18 %. Alone on the node "
+    "2026-12-07, on a quiet machine (the CPU windows at load 0.1-0.3): the agent's code as "
+    "at 3ec037d (the commits since change `ray-accel status` and tests) took 0.78 % "
+    "standalone and 0.94 % with Ray (c86232a), then 0.84 % and 1.02 % (3e3b349), Ray's "
+    "dashboard agent 2.11 % and 2.18 %; with the token file read only when it changed "
+    "(e6afb5e, the table above) 0.85 % and 1.02 % (2.19 %). Alone on the node "
     "(/proc per thread, 120 s, load 0.05-0.5, scraped every 15 s): standalone 0.78-1.01 % in "
     "three runs (the read thread 0.48-0.60 %, the sampler 0.20-0.28 %, the event loop "
     "0.04-0.07 %, the XID watcher 0.04-0.06 %), with Ray 0.92 and 1.02 % (the attribution "
