@@ -86,7 +86,8 @@ SETTLED_AFTER_NS = 1_000_000_000
 
 def _first_line(path: str) -> str:
     """The file's first line, stripped; "" when it cannot be read. Read again only when
-    the file changed (inode, size, content or status times: a rotation, a chmod)."""
+    its inode, size, modification or status time changed (a rotation, a chmod), and on
+    every call while it changed less than `SETTLED_AFTER_NS` ago."""
     try:
         status = os.stat(path)
         seen = (status.st_ino, status.st_dev, status.st_size, status.st_mtime_ns,

@@ -17,11 +17,14 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cli_args import RESERVED_LABELS, bounded_number, label_pair
 from ..sinks.otlp_settings import PROTOCOLS, otlp_settings
 from ..web_auth import METRICS_AUTH_CHOICES
+
+if TYPE_CHECKING:  # deploy imports Ray: loaded only by the commands that use it
+    from .deploy import AgentStatus
 
 DEFAULT_REGISTER_INTERVAL_S = 10.0
 DEFAULT_WAIT_S = 120.0
@@ -281,7 +284,7 @@ def _run_status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return _with_cluster("status", body, args.address)
 
 
-def status_table(rows: list) -> str:
+def status_table(rows: list[AgentStatus]) -> str:
     """`ray-accel status`'s table: a line per row of `cluster_status`, columns aligned."""
     def mode(row) -> str:
         return "" if row.deployed is None else ("deployed" if row.deployed else "standalone")
