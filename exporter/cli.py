@@ -20,6 +20,7 @@ from .cli_args import RESERVED_LABELS, bounded_number, label_pair
 from .config import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, AgentConfig
 from .exposure import ExposureError, add_exposure_arguments, exposure_settings
 from .heap import tune_malloc
+from .python_gc import tune_gc
 from .record import command as record_command
 from .serving import raise_open_file_limit
 
@@ -163,6 +164,7 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                          **agent_options(args, parser), **transfer_options(args))
     raise_open_file_limit()
     tune_malloc()
+    tune_gc()
     try:
         with terminate_as_interrupt():
             agent = Agent(config)
