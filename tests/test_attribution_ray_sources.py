@@ -409,6 +409,18 @@ def test_actor_class_and_name(sources: RaySources, workload: Workload):
 
 
 @pytest.mark.ray
+def test_an_idle_actors_record_is_made_once(sources: RaySources, workload: Workload):
+    """Its `CoreWorkerStats` come back byte for byte the same, so its record (named) is
+    the one made before (tests/test_attribution_worker_records.py: changed stats)."""
+    first = _by_pid(sources.workers())
+    second = _by_pid(sources.workers())
+    halves = [inside["pid"] for inside in workload.reports["halves"]]
+    for pid in halves:
+        assert second[pid] is first[pid]
+        assert second[pid].actor_class == "Half"
+
+
+@pytest.mark.ray
 def test_workers_name_the_tasks_they_run(sources: RaySources, workload: Workload):
     workers = _by_pid(sources.workers())
     step, task = workload.step, workload.task

@@ -8,8 +8,8 @@ the tasks they run from their own `GetCoreWorkerStats`, and what a task is
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -137,6 +137,46 @@ def worker_info(stats: Any, worker_type_name: str) -> RayWorkerInfo:
         address=build_address(stats.ip_address, stats.port) if stats.port else "",
         task_counts=(stats.num_executed_tasks, stats.num_running_tasks),
     )
+
+
+class WorkerRecords:
+    """The workers of one `GetNodeStats` reply after another as records, a worker's made
+    again only when its `CoreWorkerStats` changed (compared as serialized bytes).
+
+    On a node of 120 idle actors, converting every worker (about 7 us each) and naming the
+    actors (4.5 us each) was a third of the listing's CPU; most listings find every worker as
+    it was. Only the workers of the last reply are remembered; one caller at a time."""
+
+    def __init__(self, worker_type_name: Callable[[int], str]) -> None:
+        self._type_name = worker_type_name
+        self._by_stats: dict[bytes, RayWorkerInfo] = {}
+        self._named: dict[bytes, tuple[tuple[str, str], RayWorkerInfo]] = {}
+
+    def convert(self, all_stats: Iterable[Any]) -> list[tuple[bytes, RayWorkerInfo]]:
+        """Each `CoreWorkerStats` of a reply as (its bytes, its record)."""
+        known, kept, found = self._by_stats, {}, []
+        for stats in all_stats:
+            key = stats.SerializeToString(deterministic=True)
+            record = known.get(key)
+            if record is None:
+                record = worker_info(stats, self._type_name(stats.worker_type))
+            kept[key] = record
+            found.append((key, record))
+        self._by_stats = kept
+        self._named = {key: named for key, named in self._named.items() if key in kept}
+        return found
+
+    def named(self, key: bytes, record: RayWorkerInfo,
+              names: tuple[str, str] | None) -> RayWorkerInfo:
+        """`record` (converted from the bytes `key`) with its actor's (class, name), if known."""
+        if names is None:
+            return record
+        kept = self._named.get(key)
+        if kept is not None and kept[0] == names:
+            return kept[1]
+        named = replace(record, actor_class=names[0], actor_name=names[1])
+        self._named[key] = (names, named)
+        return named
 
 
 def _seconds(milliseconds: int | None) -> float | None:

@@ -29,7 +29,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -42,8 +41,8 @@ from .ray_records import (
     RayWorkerInfo,
     ResourceGrant,
     RunningTask,
+    WorkerRecords,
     actor_task,
-    worker_info,
 )
 from .ray_token import enable_if_token_available
 from .raylet_discovery import (
@@ -121,6 +120,7 @@ class RaySources:
         self._raylet = GrpcEndpoint(node.raylet_address, "raylet")
         self._lock = threading.Lock()
         self._actor_names: dict[str, tuple[str, str]] = {}
+        self._worker_records = WorkerRecords(generated("common_pb2").WorkerType.Name)
         self._worker_endpoints: dict[str, GrpcEndpoint] = {}
         self._state_url: str | None = None
         self._closed = False
@@ -193,16 +193,9 @@ class RaySources:
             generated("node_manager_pb2").GetNodeStatsRequest(include_memory_info=False),
             deadline.remaining(),
         )
-        type_name = generated("common_pb2").WorkerType.Name
-        workers = [worker_info(stats, type_name(stats.worker_type))
-                   for stats in reply.core_workers_stats]
-        names = self._names_of({w.actor_id for w in workers if w.actor_id}, deadline)
-        return [
-            replace(w, actor_class=names[w.actor_id][0], actor_name=names[w.actor_id][1])
-            if w.actor_id in names
-            else w
-            for w in workers
-        ]
+        workers = self._worker_records.convert(reply.core_workers_stats)
+        names = self._names_of({w.actor_id for _, w in workers if w.actor_id}, deadline)
+        return [self._worker_records.named(key, w, names.get(w.actor_id)) for key, w in workers]
 
     def running_task_ids(self, worker: RayWorkerInfo, timeout_s: float = 2.0) -> tuple[str, ...]:
         """The ids of the tasks `worker` is running now, asked of the worker itself.
