@@ -538,6 +538,16 @@ FINDINGS = [
     "between threads are not where it goes. What is left is the work itself: 8 devices' "
     "19 NVML calls and about 70 device readings each (51 of them GPM's), checked, kept in "
     "the history and published every second.",
+    "",
+    "A refresh's worker listing by the node's workers (`python bench/node_workers_cost.py`, "
+    "idle actors on the local head, thread CPU of `RaySources.workers` at the 2 s pace, 20 "
+    "calls, load up to 34 while the actors started): 4, 53 and 123 workers took 2.4, 2.9 "
+    "and 4.5 ms a call (4.1 ms in a second run of 123) when every worker's record was made "
+    "and its actor named again each call (about 7 and 4.5 us a worker); made again only "
+    "for a worker whose `CoreWorkerStats` bytes changed, 2.2, 2.5 and 3.3 ms (3.1 ms): "
+    "0.06 % of a core less at 123 workers. What grows with the workers now is the gRPC call "
+    "itself (the agent's HTTP/2 client, timed in process): 1.3 ms at 4 workers, 1.6 ms at "
+    "123.",
 ]
 
 
