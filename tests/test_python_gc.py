@@ -29,7 +29,9 @@ if sys.argv[1] == "tuned":
     tune_gc()
 store, history = SnapshotStore(), History()
 store.subscribe(history.add)
-sampler = Sampler(load_backends(["nvidia"]), store, interval_s=0.05)
+# A long deadline, so that every cycle's reads come back in it even on a loaded machine:
+# a cycle that ends before its reads makes other objects than one that has them.
+sampler = Sampler(load_backends(["nvidia"]), store, interval_s=1.0)
 for _ in range(10):  # devices open, first reads and layouts made
     sampler.run_cycle()
 young = []
@@ -52,7 +54,7 @@ def _young_collections(mode: str, state_dir: str) -> int:
 def test_sampling_cycles_rarely_wake_the_young_collector(tmp_path) -> None:
     default = _young_collections("default", str(tmp_path / "default"))
     tuned = _young_collections("tuned", str(tmp_path / "tuned"))
-    assert tuned <= 2 < default, (tuned, default)
+    assert default >= 3 and tuned <= default // 3, (tuned, default)
 
 
 def test_only_the_youngest_generations_threshold_changes() -> None:
