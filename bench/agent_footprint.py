@@ -155,7 +155,7 @@ def standalone(hardware: SimulatedHardware, seconds: float = HISTORY_FULL_S,
 
 
 @contextmanager
-def _ray_head(hardware: SimulatedHardware):
+def ray_head(hardware: SimulatedHardware):
     """A local Ray head on the simulated node (token auth on) with one GPU actor running."""
     from ray_accel.demo.local_cluster import LocalRayCluster
 
@@ -200,7 +200,7 @@ def with_ray(hardware: SimulatedHardware, seconds: float = HISTORY_FULL_S,
              scrape_every_s: float = 15.0,
              quiet: threading.Event | None = None) -> dict[str, dict[str, float]]:
     """The agent attributing to a local Ray head, beside Ray's dashboard agent of that head."""
-    with _ray_head(hardware) as (cluster, ray_agent_pid):
+    with ray_head(hardware) as (cluster, ray_agent_pid):
         args = (*AGENT_ARGS, "--interval", "1", "--ray-address", cluster.gcs_address)
         with AgentProcess(*args, env={**cluster.env, **hardware.environ()}, ray=True) as agent:
             _settled(agent, ray=True)

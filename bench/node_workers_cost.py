@@ -8,7 +8,7 @@ then asks for the node's workers as every attribution refresh does
 names) `--calls` times at the refresh's 2 s pace, and counts the thread CPU of each call.
 
 Run by hand: `python bench/node_workers_cost.py [--actors 1,50,120] [--calls 20]`.
-It prints one JSON line per size. Each idle actor is a Python worker of about 80 MB.
+It prints one JSON line per size.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from agent_footprint import _ray_head
+from agent_footprint import ray_head
 
 from ray_accel.exporter.simulate import SimulatedHardware
 
@@ -52,30 +52,26 @@ def _started(driver: subprocess.Popen) -> None:
 def measure(actors: int, calls: int) -> dict:
     from ray_accel.exporter.attribution.ray_sources import RaySources
 
-    hardware = SimulatedHardware.start("hgx-h200")
-    try:
-        with _ray_head(hardware) as (cluster, _):
-            driver = subprocess.Popen([sys.executable, "-c", _IDLE_ACTORS, cluster.gcs_address,
-                                       str(actors)], env=cluster.env, stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)
-            try:
-                _started(driver)
-                os.environ.update(cluster.env)
-                sources = RaySources.discover(cluster.gcs_address, None)
-                for _ in range(3):  # connections open, actor names cached
-                    sources.workers(timeout_s=10)
-                spent, workers = [], []
-                for _ in range(calls):
-                    time.sleep(PACE_S)
-                    started = time.thread_time()
-                    workers = sources.workers(timeout_s=10)
-                    spent.append(time.thread_time() - started)
-                sources.close()
-            finally:
-                driver.stdin.close()
-                driver.wait(timeout=60)
-    finally:
-        hardware.close()
+    with SimulatedHardware.start("hgx-h200") as hardware, ray_head(hardware) as (cluster, _):
+        driver = subprocess.Popen([sys.executable, "-c", _IDLE_ACTORS, cluster.gcs_address,
+                                   str(actors)], env=cluster.env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            _started(driver)
+            os.environ.update(cluster.env)
+            sources = RaySources.discover(cluster.gcs_address, None)
+            for _ in range(3):  # connections open, actor names cached
+                sources.workers(timeout_s=10)
+            spent, workers = [], []
+            for _ in range(calls):
+                time.sleep(PACE_S)
+                started = time.thread_time()
+                workers = sources.workers(timeout_s=10)
+                spent.append(time.thread_time() - started)
+            sources.close()
+        finally:
+            driver.stdin.close()
+            driver.wait(timeout=60)
     spent.sort()
     return {"idle_actors": actors, "workers": len(workers), "calls": calls,
             "cpu_ms_mean": 1000 * sum(spent) / len(spent),

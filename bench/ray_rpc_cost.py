@@ -68,12 +68,12 @@ def main() -> None:
     if args.calls < 1 or args.gap < 0 or args.idle <= 0:
         parser.error("--calls must be at least 1, --gap not negative, --idle positive")
 
-    from agent_footprint import _ray_head
+    from agent_footprint import ray_head
 
     from ray_accel.exporter.attribution.ray_sources import RaySources
     from ray_accel.exporter.simulate import SimulatedHardware
 
-    with SimulatedHardware.start("hgx-h200") as hardware, _ray_head(hardware) as (cluster, _):
+    with SimulatedHardware.start("hgx-h200") as hardware, ray_head(hardware) as (cluster, _):
         env = {**os.environ, **cluster.env}
         with RaySources.discover(cluster.gcs_address) as sources:
             address = sources.node.raylet_address
