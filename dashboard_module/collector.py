@@ -12,9 +12,11 @@ rounds of about the refresh each, at the rate it parses new summaries, the rest
 `waiting`, and lists the whole cluster at once. The parts of the view of nodes
 that answered are made while the round's fetches run; the view is then built,
 reusing the per-node work of every node that did not change. A node whose agent fails keeps
-its last data, marked unreachable. The node page's full snapshot is fetched on
+its last data, marked unreachable. Agents that do not answer cost the round only
+their own places (fetch_places.py): once silent, they are asked outside the places
+the others use, until the round's end. The node page's full snapshot is fetched on
 demand (`node_detail`, dashboard_module/node_detail.py). API requests read
-`collector.view` only: a slow agent delays the next round, never a request.
+`collector.view` only: a slow agent never delays a request.
 """
 
 from __future__ import annotations
@@ -48,11 +50,12 @@ from .aggregate import (
     prepare_parts,
 )
 from .batch_parse import BatchParser
+from .fetch_places import FetchPlaces, NotAsked, quiet_places
 from .heatmap_columns import columns_body, columns_gzip
 from .history import History
 from .json_decode import decode
 from .new_nodes import NewNodes
-from .node_detail import NodeDetails
+from .node_detail import DETAIL_MAX_IN_FLIGHT, NodeDetails
 from .round_gc import RoundCollection
 from .transfers_view import LastKnownDevices
 
@@ -66,6 +69,9 @@ MAX_SNAPSHOT_BYTES = 64 * 2**20
 # Fetches start within this share of the refresh interval, leaving the rest for slow
 # answers and the view's rebuild.
 DEFAULT_SPREAD = 0.6
+# The requests to agents that did not answer their last end by this share of the refresh
+# interval (fetch_places.py): however many stay silent, a round ends in its interval.
+ROUND_END_SHARE = 0.8
 # Nodes never asked before are asked while fewer of their fetches than this many times
 # `max_in_flight` are unfinished (what waits on the parsing thread: about a quarter of a
 # second of its work at the default).
@@ -137,6 +143,17 @@ def start_offset(node_id: str, window_s: float) -> float:
     return int.from_bytes(digest, "big") / 2**64 * window_s
 
 
+def start_order(nodes: Sequence[NodeState], window_s: float) -> list[tuple[float, NodeState]]:
+    """When in a round (seconds in) each node's fetch starts, in that order: each at its own
+    stable offset, but the agents that did not answer their last request spread evenly
+    over the window in the order they were last asked, the longest ago first."""
+    silent = sorted((n for n in nodes if n.silent), key=lambda n: n.asked_round)
+    step = window_s / len(silent) if silent else 0.0
+    starts = [(step * rank, n) for rank, n in enumerate(silent)]
+    starts += [(start_offset(n.node_id, window_s), n) for n in nodes if not n.silent]
+    return sorted(starts, key=lambda start: start[0])
+
+
 @dataclass
 class RoundStats:
     """What one round asked and got."""
@@ -149,6 +166,8 @@ class RoundStats:
     body_bytes: int = 0  # response bodies read
     rebuilt_nodes: int = 0  # nodes whose share of the view was recomputed
     deferred: int = 0  # nodes never asked before, left for a later round (the head was busy)
+    quiet: int = 0  # requests that waited on an agent in a quiet place (fetch_places.py)
+    not_asked: int = 0  # silent agents left for a later round: no quiet place came free
 
 
 class Collector:
@@ -158,10 +177,13 @@ class Collector:
                  fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
                  history_s: float = DEFAULT_HISTORY_S, max_in_flight: int = MAX_IN_FLIGHT,
                  token: Callable[[], str | None] = client_token,
-                 spread: float = DEFAULT_SPREAD, gzip_columns: bool = True) -> None:
+                 spread: float = DEFAULT_SPREAD, gzip_columns: bool = True,
+                 quiet_in_flight: int | None = None) -> None:
         """`token` gives the token presented to agents (default: Ray's cluster token);
         `spread` is the share of the refresh interval the round's fetches start within;
-        `gzip_columns`: each view's columns form is gzipped too, for the API to send."""
+        `gzip_columns`: each view's columns form is gzipped too, for the API to send;
+        `quiet_in_flight`: how many requests may wait on agents that do not answer
+        (default: `fetch_places.quiet_places`)."""
         if not 0.0 <= spread < 1.0:
             raise ValueError(f"spread must be at least 0 and below 1, got {spread}")
         self.discover = discover
@@ -170,6 +192,8 @@ class Collector:
         self.refresh_s = refresh_s
         self.fetch_timeout_s = fetch_timeout_s
         self.max_in_flight = max_in_flight
+        self.quiet_in_flight = quiet_places(max_in_flight) if quiet_in_flight is None \
+            else quiet_in_flight
         self.spread = spread
         self.history = History(max(int(history_s / refresh_s), 1))
         self.nodes: dict[str, NodeState] = {}
@@ -232,8 +256,9 @@ class Collector:
         """The HTTP session to the agents (made on first use)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_in_flight,
-                                               ssl=client_ssl_context()),
+                connector=aiohttp.TCPConnector(
+                    limit=self.max_in_flight + self.quiet_in_flight + DETAIL_MAX_IN_FLIGHT,
+                    ssl=client_ssl_context()),
                 timeout=aiohttp.ClientTimeout(total=self.fetch_timeout_s),
                 headers=auth_headers(self.token()))
         return self._session
@@ -364,49 +389,57 @@ class Collector:
         tenth of the event loop's work was the nodes' own timers). Nodes never asked
         before are paced (new_nodes.py): at most NEW_NODES_BACKLOG times `max_in_flight`
         of their fetches unfinished, the rest started as those finish, until the end of
-        the spread window; what is left then waits for the next round."""
-        limit = asyncio.Semaphore(self.max_in_flight)
+        the spread window; what is left then waits for the next round. Agents that did not
+        answer their last request start in the order they were last asked, the longest ago
+        first: they wait for the places kept for them in that order (fetch_places.py), so
+        none is left out round after round."""
         window = self.refresh_s * self.spread
         begun = time.monotonic()
+        places = FetchPlaces(self.max_in_flight, self.quiet_in_flight, self.fetch_timeout_s,
+                             begun + self.refresh_s * ROUND_END_SHARE)
         loop = asyncio.get_running_loop()
         started: list[asyncio.Task[None]] = []
-        new = NewNodes(lambda node: loop.create_task(self._fetch(node, limit, stats)),
+        new = NewNodes(lambda node: loop.create_task(self._fetch(node, places, stats)),
                        NEW_NODES_BACKLOG * self.max_in_flight, self.max_in_flight,
                        begun + window if window > 0 else None)
         try:
-            for offset, node in sorted(((start_offset(n.node_id, window), n) for n in nodes),
-                                       key=lambda pair: pair[0]):
+            for offset, node in start_order(nodes, window):
                 wait = begun + offset - time.monotonic()
                 if wait > START_STEP_S:
                     await asyncio.sleep(wait)
                 if node.fetch_duration_s is None:  # never asked
                     new.offer(node)
                 else:
-                    started.append(loop.create_task(self._fetch(node, limit, stats)))
+                    started.append(loop.create_task(self._fetch(node, places, stats)))
             await new.settle()
             stats.deferred = new.deferred
             await asyncio.gather(*started, *new.started)
+            stats.quiet = places.quiet_requests
         except BaseException:  # the round cancelled (the collector stops): so are its fetches
             for task in (*started, *new.started):
                 task.cancel()
             raise
 
-    async def _fetch(self, node: NodeState, limit: asyncio.Semaphore, stats: RoundStats) -> None:
-        """Node `node`'s answer: at most `limit` requests at once; the parsing of what they
-        bring waits outside it, so that requests go on while the parsing thread is busy
-        (held, their answers stalled the parsing thread between two batches)."""
+    async def _fetch(self, node: NodeState, places: FetchPlaces, stats: RoundStats) -> None:
+        """Node `node`'s answer, its request in one of the round's `places`; the parsing of
+        what it brings waits outside them, so that requests go on while the parsing thread
+        is busy (held, their answers stalled the parsing thread between two batches)."""
         started = time.monotonic()
         stats.requests += 1
         if node.has_summary is False and \
                 self.rounds - node.summary_missing_round >= SUMMARY_RETRY_ROUNDS:
             node.has_summary = None
+        silent = False
         try:
             if node.has_summary is not False:
-                await self._fetch_summary(node, stats, limit)
+                await self._fetch_summary(node, stats, places)
             if node.has_summary is False:
-                await self._fetch_snapshot(node, stats, limit)
-        except TimeoutError:
-            node.error = f"no answer within {self.fetch_timeout_s:g} s"
+                await self._fetch_snapshot(node, stats, places)
+        except NotAsked:
+            stats.not_asked += 1
+            return  # it keeps what the head knew of it: its data and its error
+        except TimeoutError as error:
+            node.error, silent = str(error) or "no answer in time", True
         except (aiohttp.ClientError, OSError) as error:
             node.error = f"{type(error).__name__}: {error}" if str(error) else \
                 type(error).__name__
@@ -416,18 +449,18 @@ class Collector:
             node.error, node.fetched_at = "", time.time()
         if node.error:
             stats.failures += 1
+        node.silent, node.asked_round = silent, self.rounds
         node.fetch_duration_s = time.monotonic() - started
 
     async def _fetch_summary(self, node: NodeState, stats: RoundStats,
-                             limit: asyncio.Semaphore) -> None:
+                             places: FetchPlaces) -> None:
         """The node's summary; 304 keeps its data and only refreshes its time."""
         held = node.data is not None and node.etag
         headers = {"If-None-Match": node.etag} if held else {}
+        url = node.url.rstrip("/") + "/api/v1/summary"
         try:
-            async with limit:
-                reply = await self.connections().get(
-                    node.url.rstrip("/") + "/api/v1/summary", headers, self.fetch_timeout_s,
-                    MAX_SNAPSHOT_BYTES)
+            reply = await places.run(lambda timeout_s: self.connections().get(
+                url, headers, timeout_s, MAX_SNAPSHOT_BYTES), node.silent)
         except AnswerTooLarge as error:
             raise NotASnapshot(str(error)) from None
         if reply.status == 404:  # an agent older than the summary
@@ -450,8 +483,10 @@ class Collector:
         self._arrived.append(node)
         self._collection.kept(len(self.nodes))
 
-    async def _snapshot_body(self, node: NodeState) -> bytes:
-        async with self.session().get(node.url.rstrip("/") + "/api/v1/snapshot") as reply:
+    async def _snapshot_body(self, node: NodeState, timeout_s: float | None = None) -> bytes:
+        """Node `node`'s full snapshot, within `timeout_s` if given (the session's else)."""
+        async with asyncio.timeout(timeout_s), \
+                self.session().get(node.url.rstrip("/") + "/api/v1/snapshot") as reply:
             if reply.status != 200:
                 raise NotASnapshot(f"HTTP {reply.status}")
             return await _read_at_most(reply, MAX_SNAPSHOT_BYTES)
@@ -465,9 +500,9 @@ class Collector:
         return data
 
     async def _fetch_snapshot(self, node: NodeState, stats: RoundStats,
-                              limit: asyncio.Semaphore) -> None:
-        async with limit:
-            body = await self._snapshot_body(node)
+                              places: FetchPlaces) -> None:
+        body = await places.run(lambda timeout_s: self._snapshot_body(node, timeout_s),
+                                node.silent)
         stats.snapshots += 1
         stats.body_bytes += len(body)
         # Parsed off the event loop (a 1000-node round would block it for seconds), one

@@ -22,6 +22,8 @@ class NodeState:
     data: dict[str, Any] | None = None  # the reduced snapshot (reduce.reduce_snapshot)
     fetched_at: float | None = None  # when the last good snapshot arrived
     error: str = ""  # why the last fetch failed; empty when it succeeded
+    silent: bool = False  # its last request got no answer in time (fetch_places.py)
+    asked_round: int = -1  # the collector's round count when it was last asked
     fetch_duration_s: float | None = None
     data_version: int = 0  # grows whenever `data` is replaced
     etag: str = ""  # the version of the summary `data` came from ("" for a full snapshot)

@@ -54,13 +54,16 @@ def summary(number: int, watts: float = 300.0) -> tuple[bytes, str]:
 
 class Agents:
     """One aiohttp server posing as many agents (/n/<i>/api/v1/summary), optionally over
-    TLS and requiring a bearer token; counts 200s, 304s and connections."""
+    TLS and requiring a bearer token; counts 200s, 304s and connections. The agents whose
+    numbers are in `silent` take requests and never answer (until the server stops)."""
 
     def __init__(self, bodies: Callable[[int], tuple[bytes, str]], *, token: str = "",
                  tls: ssl.SSLContext | None = None, chunked: bool = False,
                  keepalive_timeout: float = 75.0) -> None:
         self.bodies, self.token, self.tls, self.chunked = bodies, token, tls, chunked
         self.keepalive_timeout = keepalive_timeout
+        self.silent: set[int] = set()
+        self._stopping = asyncio.Event()
         self.answered = {"summary": 0, "not_modified": 0, "refused": 0}
         self.peers: set[tuple[str, int]] = set()
         self.url = ""
@@ -71,6 +74,8 @@ class Agents:
         if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
             self.answered["refused"] += 1
             raise web.HTTPUnauthorized()
+        if int(request.match_info["number"]) in self.silent:
+            await self._stopping.wait()
         body, etag = self.bodies(int(request.match_info["number"]))
         headers = {"ETag": etag, TAKEN_AT_HEADER: repr(time.time())}
         if request.headers.get("If-None-Match") == etag:
@@ -101,6 +106,7 @@ class Agents:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._runner is not None
+        self._stopping.set()
         await self._runner.cleanup()
 
     def targets(self, count: int) -> list[AgentTarget]:
