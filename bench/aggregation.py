@@ -1,6 +1,7 @@
 """Cluster aggregation benchmark: the dashboard module over N simulated 8-GPU nodes.
 
     python bench/aggregation.py NODES [--change FRACTION] [--rounds R] [--agent-processes K]
+                                      [--silent S] [--fetch-timeout SECONDS]
 
 Prints one JSON object. Run by bench/run.py in a fresh process per size, so that
 the resident-memory figures belong to that size alone. The nodes are copies of
@@ -24,7 +25,11 @@ new, nodes never asked admitted at the rate the head parses them) runs until
 every node is in the view with its data and is reported on its own (`start_up`:
 its rounds, how soon the view listed the whole cluster, when the last node came
 in, its CPU; the client's answers meanwhile in `during_start_up`); `rounds` are
-the rounds after it.
+the rounds after it. `--silent S` adds S agents that take the head's requests and
+never answer (a listener that accepts and stays quiet, as a hung agent or a host
+gone behind a kept-alive connection): the rounds then count the requests that
+waited on them (`quiet`), those left for a later round (`not_asked`) and the
+nodes shown `stale`.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ import asyncio
 import json
 import random
 import resource
+import socket
 import statistics
 import sys
+import threading
 import time
 from typing import Any
 
@@ -44,7 +51,7 @@ from aiohttp.test_utils import TestServer
 from footprint import rss_mib
 
 from ray_accel.dashboard_module.api import AcceleratorsApi
-from ray_accel.dashboard_module.collector import Collector
+from ray_accel.dashboard_module.collector import AgentTarget, Collector
 from ray_accel.dashboard_module.fleet import node_id
 from ray_accel.dashboard_module.fleet_agents import FleetProcess, FleetShape, discovery
 from ray_accel.dashboard_module.standalone import build_app
@@ -53,7 +60,24 @@ REFRESH_S = 5.0
 DEFAULT_CHANGE = 0.1
 DEFAULT_ROUNDS = 6
 DEFAULT_AGENT_PROCESSES = 2
+DEFAULT_FETCH_TIMEOUT_S = 10.0  # no fetch of a healthy fake agent comes near it
 MAX_START_UP_ROUNDS = 60  # a limit for a head that never fills its view, not a target
+
+
+def silent_agents(first_number: int, count: int) -> list[AgentTarget]:
+    """`count` agents (numbered from `first_number`) behind one listener that accepts every
+    connection and never answers; it serves until the process exits."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=4096)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, name="silent-agents", daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    return [AgentTarget(node_id(n), f"{url}/n/{n}", f"silent-{n}")
+            for n in range(first_number, first_number + count)]
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -108,8 +132,9 @@ def round_figures(collector: Collector, wall_s: float, cpu: float) -> dict[str, 
             "summaries": stats.summaries, "not_modified": stats.not_modified,
             "snapshots": stats.snapshots, "failures": stats.failures,
             "body_bytes": stats.body_bytes, "rebuilt_nodes": stats.rebuilt_nodes,
-            "deferred": stats.deferred,
-            "waiting": collector.view.summary["nodes"]["waiting"]}
+            "deferred": stats.deferred, "quiet": stats.quiet, "not_asked": stats.not_asked,
+            "waiting": collector.view.summary["nodes"]["waiting"],
+            "stale": collector.view.summary["nodes"]["stale"]}
 
 
 async def start_up(collector: Collector, nodes: int) -> dict[str, Any]:
@@ -140,16 +165,19 @@ async def start_up(collector: Collector, nodes: int) -> dict[str, Any]:
 
 
 async def measure(nodes: int, change: float, rounds: int,
-                  agent_processes: int = DEFAULT_AGENT_PROCESSES) -> dict[str, Any]:
+                  agent_processes: int = DEFAULT_AGENT_PROCESSES, silent: int = 0,
+                  fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> dict[str, Any]:
     agents = FleetProcess(nodes, change, FleetShape(spread=True), processes=agent_processes)
     results: dict[str, Any] = {"nodes": nodes, "devices_per_node": 8, "change": change,
                                "refresh_s": REFRESH_S, "agent_processes": agent_processes,
                                **{k: agents.info[k] for k in (
-                                   "summary_bytes", "snapshot_bytes")}}
+                                   "summary_bytes", "snapshot_bytes")},
+                               "silent": silent, "fetch_timeout_s": fetch_timeout_s}
     try:
         before = rss_mib()
-        collector = Collector(discovery(agents.targets()), refresh_s=REFRESH_S,
-                              fetch_timeout_s=10)
+        targets = agents.targets() + silent_agents(nodes, silent)
+        collector = Collector(discovery(targets), refresh_s=REFRESH_S,
+                              fetch_timeout_s=fetch_timeout_s)
         api = AcceleratorsApi(collector, "standalone", "http://127.0.0.1:8265")
         server = TestServer(build_app(api, None))
         await server.start_server()  # starts the collector's rounds too
@@ -203,13 +231,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     parser.add_argument("--agent-processes", type=int, default=DEFAULT_AGENT_PROCESSES,
                         help="processes serving the fake agents")
+    parser.add_argument("--silent", type=int, default=0,
+                        help="agents that take requests and never answer, beside NODES")
+    parser.add_argument("--fetch-timeout", type=float, default=DEFAULT_FETCH_TIMEOUT_S,
+                        help="the collector's timeout for one agent's answer (seconds)")
     args = parser.parse_args(argv[1:])
     if not 0.0 <= args.change <= 1.0:
         parser.error("--change must be between 0 and 1")
     if args.agent_processes < 1:
         parser.error("--agent-processes must be at least 1")
+    if args.silent < 0 or not args.fetch_timeout > 0:
+        parser.error("--silent must be 0 or more and --fetch-timeout above 0")
     print(json.dumps(asyncio.run(measure(args.nodes, args.change, args.rounds,
-                                         args.agent_processes))))
+                                         args.agent_processes, args.silent,
+                                         args.fetch_timeout))))
     return 0
 
 
