@@ -37,7 +37,13 @@ import aiohttp
 
 from ..exporter.agent_client import client_ssl_context, client_token
 from ..exporter.background import BackgroundTask
-from ..exporter.node_view import TAKEN_AT_HEADER, NotASnapshot, reduce_snapshot, reduce_summary
+from ..exporter.node_view import (
+    NOW_HEADER,
+    TAKEN_AT_HEADER,
+    NotASnapshot,
+    reduce_snapshot,
+    reduce_summary,
+)
 from ..exporter.web_auth import auth_headers
 from .agent_connections import AgentConnections, AnswerTooLarge, Reply
 from .aggregate import (
@@ -82,6 +88,10 @@ SUMMARY_RETRY_ROUNDS = 60
 START_STEP_S = 0.005
 # The interpreter's switch interval while a view is built (its default is 5 ms).
 BUILD_SWITCH_INTERVAL_S = 0.0005
+# An agent's clock further off the head's than this (its answer's time against the
+# head's when it came, the network's delay and the head's own lag included) moves the
+# agent's sample times onto the head's clock; nearer, they are taken as they are.
+CLOCK_TOLERANCE_S = 1.0
 # The least pause between two rounds.
 MIN_PAUSE_S = 0.2
 # While a round's fetches run, the parts of the nodes that answered are made this often.
@@ -468,7 +478,7 @@ class Collector:
             return
         if reply.status not in (200, 304) or (reply.status == 304 and not held):
             raise NotASnapshot(f"HTTP {reply.status}")  # e.g. 401: a token it refuses
-        taken_at = _taken_at(reply)
+        taken_at = _on_head_clock(_taken_at(reply), reply, time.time())
         if reply.status == 304:
             stats.not_modified += 1
             node.data["taken_at"] = taken_at
@@ -540,6 +550,19 @@ def _let_the_loop_run() -> None:
     rebuild in the parsing thread holds it for up to the interpreter's switch interval
     (5 ms) at each of the loop's turns, which a request needs several of."""
     time.sleep(0)
+
+
+def _on_head_clock(taken_at: float, reply: Reply, received_at: float) -> float:
+    """`taken_at` (the agent's clock) on the head's clock: moved by how far the agent's
+    clock was off when it answered (`NOW_HEADER` against `received_at`), where that is
+    beyond CLOCK_TOLERANCE_S. An answer without the agent's time is taken as it is."""
+    try:
+        agent_now = float(reply.header(NOW_HEADER))
+    except ValueError:
+        return taken_at
+    offset = received_at - agent_now
+    return taken_at + offset if math.isfinite(offset) and abs(offset) > CLOCK_TOLERANCE_S \
+        else taken_at
 
 
 def _taken_at(reply: Reply) -> float:

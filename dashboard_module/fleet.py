@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..exporter.node_view import TAKEN_AT_HEADER
+from ..exporter.node_view import NOW_HEADER, TAKEN_AT_HEADER
 from ..exporter.sinks.summary import content_version, encode, summary_document
 from .collector import AgentTarget
 
@@ -104,7 +104,7 @@ class FleetAnswers:
     def summary_headers(self, number: int, etag: str) -> dict[str, str]:
         """The headers of node `number`'s summary answer, 200 or 304."""
         return {"ETag": etag, "Cache-Control": "no-cache",
-                TAKEN_AT_HEADER: repr(self.taken_at(number))}
+                TAKEN_AT_HEADER: repr(self.taken_at(number)), NOW_HEADER: repr(time.time())}
 
     def unchanged(self, etag: str, if_none_match: str | None) -> bool:
         """Whether the summary is answered 304 (counted as such)."""

@@ -221,6 +221,9 @@ SUMMARY_KIND = "ray-accel.node-summary"
 # The summary's response headers carrying what changes every cycle (not in its body).
 TAKEN_AT_HEADER = "X-Ray-Accel-Taken-At"
 CYCLE_HEADER = "X-Ray-Accel-Cycle"
+# The agent's clock when it answered: the head tells a sample's age on its own clock from
+# it, whatever the agent's clock says (a node whose clock is off is not shown stale).
+NOW_HEADER = "X-Ray-Accel-Now"
 
 
 def reduce_summary(doc: Any) -> dict[str, Any]:

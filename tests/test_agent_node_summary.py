@@ -24,6 +24,7 @@ from ray_accel.dashboard_module.node_detail import NodeDetails
 from ray_accel.dashboard_module.standalone import build_app
 from ray_accel.exporter.node_view import (
     CYCLE_HEADER,
+    NOW_HEADER,
     TAKEN_AT_HEADER,
     NotASnapshot,
     reduce_snapshot,
@@ -78,6 +79,7 @@ def test_agent_serves_304_for_an_unchanged_summary(agent):
     etag = headers["ETag"]
     assert etag == f'"{summary["version"]}"'
     assert float(headers[TAKEN_AT_HEADER]) > 0 and int(headers[CYCLE_HEADER]) >= 1
+    assert float(headers[NOW_HEADER]) >= float(headers[TAKEN_AT_HEADER])  # answered after
 
     def conditional(tag: str) -> tuple[int, dict, bytes]:
         import urllib.error

@@ -26,7 +26,12 @@ from ray_accel.dashboard_module.fleet import node_id
 from ray_accel.dashboard_module.history import History
 from ray_accel.exporter import shared_values
 from ray_accel.exporter.agent_client import CA_FILE_ENV
-from ray_accel.exporter.node_view import SUMMARY_KIND, TAKEN_AT_HEADER, reduce_summary
+from ray_accel.exporter.node_view import (
+    NOW_HEADER,
+    SUMMARY_KIND,
+    TAKEN_AT_HEADER,
+    reduce_summary,
+)
 from ray_accel.exporter.sinks.summary import content_version, encode
 
 TOKEN = "collector-rounds-token"
@@ -55,7 +60,9 @@ def summary(number: int, watts: float = 300.0) -> tuple[bytes, str]:
 class Agents:
     """One aiohttp server posing as many agents (/n/<i>/api/v1/summary), optionally over
     TLS and requiring a bearer token; counts 200s, 304s and connections. The agents whose
-    numbers are in `silent` take requests and never answer (until the server stops)."""
+    numbers are in `silent` take requests and never answer (until the server stops);
+    `clock(i)` is agent i's (when its sample was taken, its time now), its time None for
+    an agent that does not send it."""
 
     def __init__(self, bodies: Callable[[int], tuple[bytes, str]], *, token: str = "",
                  tls: ssl.SSLContext | None = None, chunked: bool = False,
@@ -63,6 +70,8 @@ class Agents:
         self.bodies, self.token, self.tls, self.chunked = bodies, token, tls, chunked
         self.keepalive_timeout = keepalive_timeout
         self.silent: set[int] = set()
+        self.clock: Callable[[int], tuple[float, float | None]] = \
+            lambda number: (time.time(), time.time())
         self._stopping = asyncio.Event()
         self.answered = {"summary": 0, "not_modified": 0, "refused": 0}
         self.peers: set[tuple[str, int]] = set()
@@ -77,7 +86,9 @@ class Agents:
         if int(request.match_info["number"]) in self.silent:
             await self._stopping.wait()
         body, etag = self.bodies(int(request.match_info["number"]))
-        headers = {"ETag": etag, TAKEN_AT_HEADER: repr(time.time())}
+        taken_at, now = self.clock(int(request.match_info["number"]))
+        headers = {"ETag": etag, TAKEN_AT_HEADER: repr(taken_at),
+                   **({NOW_HEADER: repr(now)} if now is not None else {})}
         if request.headers.get("If-None-Match") == etag:
             self.answered["not_modified"] += 1
             return web.Response(status=304, headers=headers)

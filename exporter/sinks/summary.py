@@ -17,12 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from typing import Any
 
 from ..httpd import Response
 from ..model import NodeSnapshot
 from ..node_transfers import is_empty
-from ..node_view import CYCLE_HEADER, SUMMARY_KIND, TAKEN_AT_HEADER, reduce_snapshot
+from ..node_view import CYCLE_HEADER, NOW_HEADER, SUMMARY_KIND, TAKEN_AT_HEADER, reduce_snapshot
 from .json import snapshot_document
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -135,7 +136,8 @@ def summary_response(encoded: tuple[bytes, str], snapshot: NodeSnapshot,
     """200 with the body, or 304 without one when the client holds this version already."""
     body, etag = encoded
     headers = {"ETag": etag, "Cache-Control": "no-cache",
-               TAKEN_AT_HEADER: repr(snapshot.taken_at), CYCLE_HEADER: str(snapshot.cycle)}
+               TAKEN_AT_HEADER: repr(snapshot.taken_at), CYCLE_HEADER: str(snapshot.cycle),
+               NOW_HEADER: repr(time.time())}
     if _matches(if_none_match, etag):
         return Response(status=304, headers=headers)
     return Response(body=body, content_type="application/json", headers=headers)
