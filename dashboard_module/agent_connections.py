@@ -18,7 +18,7 @@ import asyncio
 import collections
 import resource
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -288,6 +288,24 @@ class AgentConnections:
             self._idle_order = collections.deque(
                 entry for entry in self._idle_order
                 if entry[1].idle and entry[1].idle_mark == entry[2])
+
+    @property
+    def known(self) -> tuple[int, int]:
+        """(URLs asked, origins with idle connections kept) at this moment."""
+        return len(self._targets), len(self._idle)
+
+    def keep_only(self, urls: Iterable[str]) -> None:
+        """Forget every URL but `urls`, and close the idle connections to origins none of
+        those asked so far is on."""
+        wanted = set(urls)
+        self._targets = {url: t for url, t in self._targets.items() if url in wanted}
+        origins = {t.origin for t in self._targets.values()}
+        for origin in [o for o in self._idle if o not in origins]:
+            for connection in self._idle.pop(origin):
+                if connection.idle:
+                    connection.idle = False
+                    self._idle_count -= 1
+                connection.close()
 
     def close(self) -> None:
         """Close every idle connection."""

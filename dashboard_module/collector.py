@@ -380,16 +380,23 @@ class Collector:
 
     def _track(self, targets: Sequence[AgentTarget]) -> None:
         wanted = {t.node_id: t for t in targets if t.node_id}
+        changed = False
         for node_id in list(self.nodes):
             if node_id not in wanted:
                 del self.nodes[node_id]  # the agent deregistered or stopped heart-beating
+                changed = True
         for node_id, target in wanted.items():
             node = self.nodes.get(node_id)
             if node is None or node.url != target.url:
                 self.nodes[node_id] = NodeState(node_id, target.url, target.hostname,
                                                 target.node_ip, target.simulated)
+                changed = True
             else:
                 node.hostname, node.node_ip = target.hostname, target.node_ip
+        if changed and self._connections is not None:
+            # Nodes come and go (autoscaling, spot instances): what the connections keep
+            # for agents gone would grow for as long as the head runs.
+            self._connections.keep_only(_summary_url(n) for n in self.nodes.values())
 
     async def _fetch_spread(self, nodes: list[NodeState], stats: RoundStats) -> None:
         """Fetch every node's answer, each started at its offset within the spread window.
@@ -467,7 +474,7 @@ class Collector:
         """The node's summary; 304 keeps its data and only refreshes its time."""
         held = node.data is not None and node.etag
         headers = {"If-None-Match": node.etag} if held else {}
-        url = node.url.rstrip("/") + "/api/v1/summary"
+        url = _summary_url(node)
         try:
             reply = await places.run(lambda timeout_s: self.connections().get(
                 url, headers, timeout_s, MAX_SNAPSHOT_BYTES), node.silent)
@@ -550,6 +557,10 @@ def _let_the_loop_run() -> None:
     rebuild in the parsing thread holds it for up to the interpreter's switch interval
     (5 ms) at each of the loop's turns, which a request needs several of."""
     time.sleep(0)
+
+
+def _summary_url(node: NodeState) -> str:
+    return node.url.rstrip("/") + "/api/v1/summary"
 
 
 def _on_head_clock(taken_at: float, reply: Reply, received_at: float) -> float:

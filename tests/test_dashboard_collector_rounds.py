@@ -324,3 +324,24 @@ def test_idle_connections_beyond_the_cap_are_closed_oldest_first():
                 connections.close()
 
     asyncio.run(scenario())
+
+
+def test_what_is_kept_for_agents_that_left_is_forgotten():
+    async def scenario() -> None:
+        async with Agents(summary) as first, Agents(summary) as second:
+            targets = first.targets(4) + [
+                AgentTarget(node_id(n), f"{second.url}/n/{n}", f"host-{n}") for n in (10, 11)]
+            collector = collector_of(targets)
+            try:
+                await collector.refresh()
+                assert collector.connections().known == (6, 2)
+                # The second host's nodes leave (scaled down); two new nodes join the first.
+                targets[:] = first.targets(6)
+                await collector.refresh()
+                assert collector.connections().known == (6, 1)
+                assert collector.last_round.failures == 0 and len(collector.nodes) == 6
+                assert set(collector.view.statuses.values()) == {"ok"}
+            finally:
+                await collector.stop()
+
+    asyncio.run(scenario())
