@@ -24,6 +24,8 @@ process's file descriptors, `MAX_QUIET` at most.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import resource
 import time
 from collections.abc import Awaitable, Callable
@@ -50,6 +52,47 @@ def quiet_places(at_least: int) -> int:
     return max(min(fair_share, MAX_QUIET), at_least)
 
 
+class Places:
+    """A count of places, taken in the order asked for; like `asyncio.Semaphore`, with a
+    `take_now()` that never waits (for a callback to move a request over)."""
+
+    def __init__(self, count: int) -> None:
+        self.free = count
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_now(self) -> bool:
+        """Take a place if one is free and nobody waits for one."""
+        if self.free and not self._waiting:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Take a place, waiting for one in turn."""
+        if self.take_now():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter  # resolved by give_back: the place passes to it
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.give_back()  # it was given the place as it was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):  # (give_back may have dropped it)
+                    self._waiting.remove(waiter)
+            raise
+
+    def give_back(self) -> None:
+        """Give a place back: to the first still waiting, or free."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
+
+
 class FetchPlaces:
     """One round's places: `prompt` for its requests, `quiet` for those waiting on agents
     that do not answer."""
@@ -58,8 +101,8 @@ class FetchPlaces:
                  patience_s: float = PATIENCE_S) -> None:
         """`timeout_s` is a request's timeout; `ends_at` (time.monotonic()) the round's end,
         which silent agents' requests end by."""
-        self._prompt = asyncio.Semaphore(prompt)
-        self._quiet = asyncio.Semaphore(quiet)
+        self._prompt = Places(prompt)
+        self._quiet = Places(quiet)
         self.timeout_s = timeout_s
         self.ends_at = ends_at
         self.patience_s = patience_s
@@ -70,28 +113,26 @@ class FetchPlaces:
         waited) when the agent does not answer in time; NotAsked (see the module)."""
         if silent:
             return await self._run_silent(request)
-        timeout_s = self.timeout_s
-        await self._prompt.acquire()
-        place = self._prompt
-        answer = asyncio.ensure_future(request(timeout_s))
+        await self._prompt.take()
+        held = [self._prompt]  # where the request's place is; _move may change it
+        moving = asyncio.get_running_loop().call_later(self.patience_s, self._move, held)
         try:
-            done, _ = await asyncio.wait((answer,), timeout=self.patience_s)
-            if not done and not self._quiet.locked():
-                await self._quiet.acquire()  # one is free: taken without a wait
-                place.release()
-                place = self._quiet
-                self.quiet_requests += 1
-            return await _answered(answer, timeout_s)
-        except BaseException:
-            answer.cancel()
-            raise
+            return await _answered(request(self.timeout_s), self.timeout_s)
         finally:
-            place.release()
+            moving.cancel()
+            held[0].give_back()
+
+    def _move(self, held: list[Places]) -> None:
+        """A request past its patience: into a quiet place, if one is free now."""
+        if self._quiet.take_now():
+            held[0].give_back()
+            held[0] = self._quiet
+            self.quiet_requests += 1
 
     async def _run_silent(self, request: Callable[[float], Awaitable[T]]) -> T:
         try:
             async with asyncio.timeout(max(self.ends_at - time.monotonic(), 0.0)):
-                await self._quiet.acquire()
+                await self._quiet.take()
         except TimeoutError:
             raise NotAsked() from None
         self.quiet_requests += 1
@@ -100,7 +141,7 @@ class FetchPlaces:
                             max(self.ends_at - time.monotonic(), MIN_SILENT_TIMEOUT_S))
             return await _answered(request(timeout_s), timeout_s)
         finally:
-            self._quiet.release()
+            self._quiet.give_back()
 
 
 async def _answered(answer: Awaitable[T], timeout_s: float) -> T:
