@@ -257,11 +257,12 @@ class AcceleratorsApi:
 
     async def node(self, request: web.Request, node_id: str) -> web.Response:
         """One node in full: its agent's whole snapshot, fetched now (or within the last
-        2 s); where the agent does not answer, what its last summary said."""
+        2 s); where the agent does not answer, what its last summary said. An agent that
+        did not answer the last round is not asked (the page would wait out a timeout)."""
         _params(request, frozenset())
         view, node = self._node_state(node_id)
-        if node.data is None:
-            detail = Detail(None, "", 0.0, node.url)
+        if node.data is None or node.silent:
+            detail = Detail(None, node.error if node.silent else "", 0.0, node.url)
         else:
             detail = await self.collector.details.get(node)
         data = detail.data or node.data or {}

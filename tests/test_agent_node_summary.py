@@ -304,10 +304,11 @@ def test_an_agent_without_the_summary_gets_its_snapshot_fetched(agent, template)
 def test_node_page_fetches_the_full_snapshot_on_demand_and_briefly_caches_it(template, serve):
     fleet = Fleet(template)
     silent: set[int] = set()
+    silent_summaries: set[int] = set()
 
     async def scenario() -> None:
         async with serve(lambda n: None if n in silent else fleet.text(n).encode(),
-                         lambda n: fleet.summary(n)) as fakes:
+                         lambda n: None if n in silent_summaries else fleet.summary(n)) as fakes:
             collector = await _collector([fakes.target(n) for n in range(4)])
             api = AcceleratorsApi(collector, "standalone")
             client = TestClient(TestServer(build_app(api, None)))
@@ -338,6 +339,16 @@ def test_node_page_fetches_the_full_snapshot_on_demand_and_briefly_caches_it(tem
                 assert reply.status == 200
                 assert body["detail"]["source"] == "summary" and body["detail"]["error"]
                 assert len(body["devices"]) == 8 and body["devices"][0]["links"] == []
+                # an agent that did not answer the last round is not asked: the page says why
+                silent_summaries.add(1)
+                await collector.refresh()
+                asked = fakes.requests["snapshot"]
+                body = await (await client.get(f"/accelerators/api/nodes/{node_id(1)}")).json()
+                assert fakes.requests["snapshot"] == asked
+                assert body["status"] == "unreachable" and body["detail"] == {
+                    "source": "summary", "error": collector.nodes[node_id(1)].error}
+                assert body["detail"]["error"].startswith("no answer within")
+                assert len(body["devices"]) == 8
             finally:
                 await client.close()
                 await collector.stop()
