@@ -76,16 +76,21 @@ def _holder(doc: Mapping[str, Any]) -> dict[str, Any]:
             "shared": bool(doc.get("shared", fraction < WHOLE))}
 
 
+def link_up(doc: Mapping[str, Any]) -> bool | None:
+    """Whether a link (of a snapshot document's device) is up; None where not reported."""
+    up = value(doc.get("values") or {}, m.LINK_UP)
+    return None if up is None else up >= 1
+
+
 def _link(doc: Mapping[str, Any]) -> dict[str, Any]:
     values = doc.get("values") or {}
     facts = doc.get("facts") or {}
     rates = doc.get("rates_bytes_per_s") or {}
-    up = value(values, m.LINK_UP)
     errors = by_label(values, m.LINK_ERRORS, "error_type")
     return {
         "link_type": str(doc.get("link_type", "")),
         "index": int(doc.get("index") or 0),
-        "up": None if up is None else up >= 1,
+        "up": link_up(doc),
         "transmit_bytes_per_s": _number(rates.get(m.TRANSMIT)),
         "receive_bytes_per_s": _number(rates.get(m.RECEIVE)),
         "version": facts.get("version", ""),

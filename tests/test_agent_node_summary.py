@@ -10,7 +10,7 @@ import json
 import time
 
 import pytest
-from agent_process import AgentProcess
+from agent_process import AgentProcess, write_scenario
 from aiohttp.test_utils import TestClient, TestServer
 from doctored_nodes import TOKEN, doctored, set_value
 from transfer_docs import abort, head_snapshot, transfer_tasks
@@ -30,6 +30,7 @@ from ray_accel.exporter.node_view import (
     reduce_snapshot,
     reduce_summary,
 )
+from ray_accel.exporter.simulate.scenario import load_scenario
 from ray_accel.exporter.sinks.summary import encode, summary_document
 
 # How far a summary's rounding may move a value the views show (exporter/sinks/summary.py
@@ -102,6 +103,50 @@ def test_agent_serves_304_for_an_unchanged_summary(agent):
     assert status == 400 and b"unknown query parameter" in body
     # the summary is much smaller than the snapshot it summarises
     assert len(agent.get("/api/v1/snapshot")[2]) > 10 * len(agent.get("/api/v1/summary")[2])
+
+
+def _link_down(name: str) -> dict:
+    """Shipped scenario `name` with GPU 2's first NVLink down."""
+    scenario = load_scenario(name)
+    device = scenario["devices"][2]
+    device["nvlinks"] = [dict(link) for link in device.get("nvlinks")
+                         or scenario["device_defaults"]["nvlinks"]]
+    device["nvlinks"][0]["state"] = False
+    return {**scenario, "name": f"{name}-link-down"}
+
+
+# Scenarios whose summaries carry each part the cut keeps: a link down, a device lost (XID 79,
+# its errors), MIG, a fabric, AMD's own series, processes and holders' stand-ins.
+CUT_SCENARIOS = {
+    "hgx-h200, a link down": lambda: _link_down("hgx-h200"),
+    "gpu-lost, after the loss": lambda: {**load_scenario("gpu-lost"), "freeze_at_s": 25},
+    "gb200-nvl72": lambda: load_scenario("gb200-nvl72"),
+    "a100-mig": lambda: load_scenario("a100-mig"),
+    "mi300x-8": lambda: load_scenario("mi300x-8"),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(CUT_SCENARIOS))
+def test_the_agents_summary_is_the_summary_of_its_whole_snapshot(tmp_path, scenario):
+    """The agent makes its summary of a cut of the snapshot (exporter/sinks/summary.py's
+    `summary_cut`): what it serves is byte for byte the summary of its whole snapshot."""
+    path = write_scenario(tmp_path, CUT_SCENARIOS[scenario]())
+    with AgentProcess("--simulate", path, "--interval", "3") as running:
+        # the second cycle: GPM's activity and the peers come with it
+        running.wait_for(lambda d: d["cycle"] >= 2, timeout=90)
+        for _ in range(5):  # the two answers of one cycle
+            status, headers, body = running.get("/api/v1/summary")
+            whole = running.json("/api/v1/snapshot")
+            if status == 200 and headers[CYCLE_HEADER] == str(whole["cycle"]):
+                break
+        assert headers[CYCLE_HEADER] == str(whole["cycle"]), (headers, whole["cycle"])
+    assert body == encode(summary_document(whole))[0]
+    devices = json.loads(body)["devices"]
+    if "link down" in scenario:
+        assert devices[2]["links"] == [{"link_type": "nvlink", "index": 0, "up": False}]
+        assert not any("links" in d for i, d in enumerate(devices) if i != 2)
+    if "gpu-lost" in scenario:
+        assert devices[2]["up"] is False and devices[2]["errors"]
 
 
 def test_summary_is_guarded_like_the_snapshot(tmp_path):

@@ -6,7 +6,7 @@ device cannot report is absent, never zero or null.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from .. import catalog as m
@@ -25,12 +25,14 @@ from ..placement import snapshot_placement
 SCHEMA_VERSION = 1
 
 
-def _values(readings: Iterable[Reading]) -> dict[str, list[dict[str, Any]]]:
+def _values(readings: Iterable[Reading],
+            metrics: Container[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     grouped: dict[str, list[dict[str, Any]]] = {}
     for reading in readings:
-        grouped.setdefault(reading.metric, []).append(
-            {"labels": dict(reading.labels), "value": reading.value}
-        )
+        if metrics is None or reading.metric in metrics:
+            grouped.setdefault(reading.metric, []).append(
+                {"labels": dict(reading.labels), "value": reading.value}
+            )
     return grouped
 
 
@@ -54,7 +56,8 @@ def _holders(sample: DeviceSample, snapshot: NodeSnapshot) -> dict[str, Any]:
     }
 
 
-def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float) -> dict[str, Any]:
+def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float,
+            metrics: Container[str] | None) -> dict[str, Any]:
     device = sample.device
     age_s = max(snapshot.taken_at - sample.taken_at, 0.0)
     identity = snapshot.attribution.identity
@@ -70,12 +73,12 @@ def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float) ->
         "sampled_at": sample.taken_at,
         "age_s": age_s,
         "read_duration_s": sample.duration_s,
-        "values": _values(sample.readings),
-        "processes": [{**_identity(identity(p.pid)), "values": _values(p.readings)}
+        "values": _values(sample.readings, metrics),
+        "processes": [{**_identity(identity(p.pid)), "values": _values(p.readings, metrics)}
                       for p in sample.processes],
         "links": [
             {"link_type": link.link_type, "index": link.index, "facts": dict(link.facts),
-             "rates_bytes_per_s": dict(link.rates), "values": _values(link.readings)}
+             "rates_bytes_per_s": dict(link.rates), "values": _values(link.readings, metrics)}
             for link in sample.links
         ],
         "errors": dict(sample.errors),
@@ -133,8 +136,10 @@ def transfers_document(snapshot: NodeSnapshot) -> dict[str, Any]:
     }
 
 
-def snapshot_document(snapshot: NodeSnapshot) -> dict[str, Any]:
-    """The whole node snapshot as a JSON-ready dict."""
+def snapshot_document(snapshot: NodeSnapshot,
+                      metrics: Container[str] | None = None) -> dict[str, Any]:
+    """The whole node snapshot as a JSON-ready dict; with `metrics`, the readings of those
+    metrics only (the summary's cut: sinks/summary.py)."""
     stale_after = stale_after_s(snapshot.interval_s)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -150,7 +155,7 @@ def snapshot_document(snapshot: NodeSnapshot) -> dict[str, Any]:
              "message": b.message, "facts": dict(b.facts)}
             for b in snapshot.backends
         ],
-        "devices": [_device(s, snapshot, stale_after) for s in snapshot.devices],
+        "devices": [_device(s, snapshot, stale_after, metrics) for s in snapshot.devices],
         "attribution": _attribution(snapshot.attribution, snapshot.taken_at),
         "transfers": transfers_document(snapshot),
         "errors": [
