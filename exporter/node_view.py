@@ -33,13 +33,17 @@ def value(values: Mapping[str, list[dict[str, Any]]], metric: str,
           **labels: str) -> float | None:
     """The value of `metric` whose labels include `labels`, or None."""
     for entry in values.get(metric) or ():
-        entry_labels = entry.get("labels") or {}
-        if all(entry_labels.get(k) == v for k, v in labels.items()):
-            return _number(entry.get("value"))
+        if labels:
+            entry_labels = entry.get("labels") or {}
+            if any(entry_labels.get(k) != v for k, v in labels.items()):
+                continue
+        return _number(entry.get("value"))
     return None
 
 
 def _number(number: Any) -> float | None:
+    if number.__class__ is float:  # nearly every value: the checks below cost more
+        return number if math.isfinite(number) else None
     if isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number):
         return float(number)
     return None
