@@ -63,6 +63,7 @@ async def node_recording(session: aiohttp.ClientSession, node: NodeState,
                     return json_error(502, f"the agent's recording is larger than "
                                            f"{MAX_RECORD_BYTES // 2**20} MiB")
             status, kind = reply.status, reply.content_type
+            retry_after = reply.headers.get("Retry-After")
     except TimeoutError:
         return json_error(504, f"the agent at {node.url} did not answer in "
                                f"{RECORD_TIMEOUT_S:g} s")
@@ -73,7 +74,9 @@ async def node_recording(session: aiohttp.ClientSession, node: NodeState,
         return web.Response(body=bytes(body), content_type="application/json", headers={
             "Cache-Control": "no-store",
             "Content-Disposition": f'attachment; filename="{attachment_name(node.node_id)}"'})
-    if status in (400, 404) and kind == "application/json":
-        return web.Response(body=bytes(body), status=status, content_type="application/json")
+    if status in (400, 404, 503) and kind == "application/json":  # the agent's own answer
+        headers = {"Retry-After": retry_after} if status == 503 and retry_after else {}
+        return web.Response(body=bytes(body), status=status, content_type="application/json",
+                            headers=headers)
     return json_error(502, f"the agent at {node.url} answered HTTP {status} for its recording "
                            "(an agent without /api/v1/record, or a token it refuses)")

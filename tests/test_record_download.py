@@ -112,3 +112,29 @@ def test_head_route_is_behind_the_token_and_presents_one(agent) -> None:
     assert status == 401
     status, _, body = _download(agent.url, f"nodes/{NODE}/record", agent_token="wrong")
     assert status == 502 and "HTTP 401" in json.loads(body)["error"]
+
+
+def test_an_agent_busy_building_recordings_is_passed_on_with_its_retry_after() -> None:
+    """The agent answers 503 with Retry-After beyond the recordings it builds at a time
+    (exporter/record/endpoint.py); the head hands that on instead of a 502."""
+    from aiohttp import ClientSession, web
+
+    from ray_accel.dashboard_module.node_record import node_recording
+    from ray_accel.dashboard_module.node_state import NodeState
+    from ray_accel.exporter.httpd import json_error
+
+    async def busy(request: web.Request) -> web.Response:
+        refused = json_error(503, "4 recordings are being built or waiting; ask again later")
+        refused.headers["Retry-After"] = "5"
+        return refused.as_aiohttp()
+
+    async def scenario() -> web.Response:
+        app = web.Application()
+        app.router.add_get("/api/v1/record", busy)
+        async with TestServer(app) as server, ClientSession() as session:
+            node = NodeState(NODE, str(server.make_url("/")))
+            return await node_recording(session, node, {"last": "600s"})
+
+    answer = asyncio.run(scenario())
+    assert answer.status == 503 and answer.headers["Retry-After"] == "5"
+    assert "ask again later" in json.loads(answer.body)["error"]
