@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
 
+import pytest
 from agent_process import AgentProcess
 
 from ray_accel.exporter.httpd import Response
+from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, Reading
+from ray_accel.exporter.record.apart import BuildFailed, build_apart, scenario_answer
 from ray_accel.exporter.record.endpoint import MOST_BUILDS_WAITING, Busy, OneBuildAtATime
+from ray_accel.exporter.record.history import History
 
 
 class Builds:
@@ -121,3 +128,41 @@ def test_a_real_agent_shares_builds_keeps_answering_and_refuses_a_flood() -> Non
         else:
             assert json.loads(body)["devices"]
     assert health and set(health) == {200}
+
+
+def _snapshot(cycle: int, taken_at: float) -> NodeSnapshot:
+    device = Device("nvidia", "0", "GPU-00000000-0000-0000-0000-000000000000", "Test GPU",
+                    facts=MappingProxyType({"architecture": "hopper"}))  # as backends keep them
+    readings = (Reading("hw.power", 100.0 + cycle), Reading("hw.gpu.utilization", 0.5,
+                                                            (("task", "general"),)))
+    return NodeSnapshot(cycle=cycle, taken_at=taken_at, interval_s=1.0, node_labels={},
+                        backends=(), devices=(DeviceSample(device, True, taken_at,
+                                                           readings=readings),))
+
+
+def _kept_history(cycles: int = 5) -> History:
+    history = History()
+    for cycle in range(cycles):
+        history.add(_snapshot(cycle, 1000.0 + cycle))
+    return history
+
+
+def test_a_build_apart_answers_what_a_build_here_would() -> None:
+    packed = _kept_history().packed()
+    apart = build_apart(packed, 60.0, True, {})
+    here = scenario_answer(packed, 60.0, True, {})
+    assert apart[0] == 200 and apart == here
+    assert len(json.loads(apart[1])["devices"]) == 1
+    status, why = build_apart(History().packed(), 60.0, True, {})
+    assert status == 404 and b"in the last 60 s" in why
+
+
+def test_a_build_is_made_here_where_no_process_can_start_and_fails_clearly_where_it_dies(
+        monkeypatch, caplog) -> None:
+    packed = _kept_history().packed()
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    assert build_apart(packed, 60.0, True, {})[0] == 200
+    assert "no process for it" in caplog.text
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))
+    with pytest.raises(BuildFailed, match="ended with status 1"):
+        build_apart(packed, 60.0, True, {})

@@ -7,9 +7,8 @@ scenario at a time, off the event loop (unpacking the history and writing the
 JSON included, so /healthz and /metrics keep answering meanwhile): a request
 for a window already being built, or waiting to be, shares that build; at most
 `MOST_BUILDS_WAITING` other windows wait for their turn, and beyond them a
-request is refused with 503 and `Retry-After`. The scenario writer (and the
-simulator's scenario checks it uses) is imported on the first request, so an
-agent nobody asks for a recording does not hold it.
+request is refused with 503 and `Retry-After`. Each build runs in a process of
+its own (apart.py), so what it takes goes back to the system when it ends.
 """
 
 from __future__ import annotations
@@ -18,7 +17,9 @@ import asyncio
 from collections.abc import Callable, Hashable
 
 from ..backends.calls import CALL_CPU_S
-from ..httpd import Handler, Request, Response, json_error, json_response
+from ..httpd import Handler, Request, Response, json_error
+from ..httpd.messages import JSON
+from .apart import BuildFailed, build_apart
 from .command import parse_duration
 from .history import History
 
@@ -65,14 +66,14 @@ class OneBuildAtATime:
 
 def _scenario_response(history: History, last_s: float, keep_identities: bool) -> Response:
     """The scenario of `history`'s last `last_s` seconds as a response (on a worker thread)."""
-    from .scenario_file import NothingRecorded, build_scenario
-
+    costs = {k: list(v) for k, v in CALL_CPU_S.items()}
     try:
-        document = build_scenario(history.recording(last_s), keep_identities=keep_identities,
-                                  call_costs={k: list(v) for k, v in CALL_CPU_S.items()})
-    except NothingRecorded as error:
-        return json_error(404, f"{error} in the last {last_s:g} s")
-    return json_response(document, compact=True)
+        status, body = build_apart(history.packed(), last_s, keep_identities, costs)
+    except BuildFailed as failure:
+        return json_error(500, f"the recording could not be built: {failure}")
+    if status != 200:
+        return json_error(status, body.decode())
+    return Response(200, body, f"{JSON}; charset=utf-8")
 
 
 def record_handler(history: History) -> Handler:

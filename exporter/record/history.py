@@ -169,6 +169,28 @@ class Recording:
     link_facts: dict[str, dict[tuple[str, int], Mapping[str, str]]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PackedRecording:
+    """The history as kept, taken at once: small and picklable (the scenario is built from
+    it in a process of its own); `unpacked()` makes the `Recording` of its last seconds."""
+
+    devices: dict[str, Device]
+    backends: tuple[BackendStatus, ...]
+    frames: tuple[_PackedFrame, ...]
+    interval_s: float
+    link_facts: dict[str, dict[tuple[str, int], Mapping[str, str]]]
+    max_age_s: float
+
+    def unpacked(self, last_s: float | None = None) -> Recording:
+        """The frames of the last `last_s` seconds (of the last `max_age_s` when None)."""
+        frames = _unpack(list(self.frames))
+        if frames:
+            window = self.max_age_s if last_s is None else min(last_s, self.max_age_s)
+            since = frames[-1].taken_at - window
+            frames = [f for f in frames if f.taken_at >= since]
+        return Recording(self.devices, self.backends, frames, self.interval_s, self.link_facts)
+
+
 class History:
     """A bounded window of frames: at most `max_age_s` old and `max_bytes` big (packed)."""
 
@@ -278,16 +300,15 @@ class History:
     def __len__(self) -> int:
         return len(self._frames)
 
+    def packed(self) -> PackedRecording:
+        """The frames kept and what they need to be unpacked, as they are now."""
+        with self._lock:
+            return PackedRecording(
+                dict(self._devices), self._backends, tuple(f for f, _ in self._frames),
+                self._interval_s,
+                {uuid: dict(links) for uuid, links in self._link_facts.items()},
+                self.max_age_s)
+
     def recording(self, last_s: float | None = None) -> Recording:
         """The frames of the last `last_s` seconds (of the last `max_age_s` when None)."""
-        with self._lock:
-            packed = [f for f, _ in self._frames]
-            devices = dict(self._devices)
-            backends = self._backends
-            link_facts = {uuid: dict(links) for uuid, links in self._link_facts.items()}
-        frames = _unpack(packed)
-        if frames:
-            window = self.max_age_s if last_s is None else min(last_s, self.max_age_s)
-            since = frames[-1].taken_at - window
-            frames = [f for f in frames if f.taken_at >= since]
-        return Recording(devices, backends, frames, self._interval_s, link_facts)
+        return self.packed().unpacked(last_s)
