@@ -157,6 +157,30 @@ def test_every_shipped_scenario_serves_its_devices(installed, name):
     assert not list(installed["temp"].glob("fakenvml-*")), "the agent left its temporary folder"
 
 
+def test_the_wheel_agent_builds_a_recording_in_a_process_of_its_own(installed):
+    # the build runs as `python -m ray_accel.exporter.record.apart` with the agent's own
+    # interpreter (exporter/record/apart.py): it must find the package as installed
+    agent = _start_agent(installed, "--simulate", "l4-pcie", "--no-ray", "--interval", "0.5")
+    try:
+        url = _serving_url(agent)
+        _wait_for_backends(url, {"nvidia"})
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/v1/record?last=1m",
+                                            timeout=60) as response:
+                    scenario = json.loads(response.read())
+                break
+            except urllib.error.HTTPError as error:  # 404 until its first samples
+                assert error.code == 404 and time.monotonic() < deadline, error.read()
+                time.sleep(0.5)
+        assert len(load_scenario(scenario)["devices"]) == 4
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=30)
+    assert agent.returncode == 0
+
+
 def test_topo_grafana_and_scenarios_commands(installed, tmp_path):
     topology = run(installed, "topo", "--simulate", "hgx-h200")
     assert topology.returncode == 0, topology.stderr
