@@ -115,8 +115,8 @@ def summary_document(snapshot_doc: dict[str, Any]) -> dict[str, Any]:
 def summary_cut(snapshot: NodeSnapshot) -> dict[str, Any]:
     """`snapshot`'s document cut to what its summary is made of: the readings of
     `SUMMARY_METRICS`, and the links that are down (the only ones a summary lists).
-    `summary_document()` gives the same summary of it as of the whole document, with a
-    third of the work."""
+    `summary_document()` gives the same summary of it as of the whole document, for about
+    a third less work."""
     doc = snapshot_document(snapshot, SUMMARY_METRICS)
     for device in doc["devices"]:
         device["links"] = [link for link in device["links"] if link_up(link) is False]
