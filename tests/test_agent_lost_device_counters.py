@@ -111,6 +111,29 @@ def test_a_gpu_lost_or_hung_keeps_its_counters(node, fault):
         assert ("gpu_is_lost" if fault == "lost" else "stale") in problem["reason"]
 
 
+def test_an_xid_is_counted_while_every_gpu_hangs(node):
+    """A GSP timeout leaves every GPU's calls hanging, with the XID that says why: reads ask
+    the event set no more, and the watcher's own thread asks it."""
+    with AgentProcess("--interval", INTERVAL, env=node.environ()) as agent:
+        agent.wait_for(lambda d: len(d["devices"]) == 4 and all(x["up"] for x in d["devices"]))
+        at = node.elapsed_s() + 0.5
+
+        def hang_then_xid(doc: dict[str, Any]) -> None:
+            doc["delays"] = [{"function": "*", "device": i, "seconds": 600, "from_s": at}
+                             for i in range(4)]
+            doc["devices"][LOST]["xid_events"] = [{"at_s": at + 1.0, "xid": 119}]
+
+        node.modify(hang_then_xid)
+        doc = agent.wait_for(lambda d: all(x["stale"] for x in d["devices"]) and any(
+            v["labels"] == {"xid": "119"}
+            for v in d["devices"][LOST]["values"].get("ray.accelerator.xid.errors", [])),
+            timeout=30)
+        (counted,) = doc["devices"][LOST]["values"]["ray.accelerator.xid.errors"]
+        assert counted["value"] == 1
+        _, _, body = agent.get("/metrics")
+        assert _series(body, "ray_accelerator_xid_errors_total", xid="119") == {str(LOST): 1.0}
+
+
 def _generated_rules(folder: Path) -> str:
     result = subprocess.run([sys.executable, "-m", "ray_accel.exporter.cli", "grafana",
                              "--out", str(folder), "--agent-job", "ray-accel"],

@@ -12,7 +12,7 @@ from ray_accel.exporter import catalog as m
 from ray_accel.exporter.backends import load_backends
 from ray_accel.exporter.backends.base import BackendUnavailable
 from ray_accel.exporter.backends.nvidia import NvidiaBackend
-from ray_accel.exporter.model import DeviceSample
+from ray_accel.exporter.model import DeviceSample, Reading
 from ray_accel.exporter.simulate import (
     STATE_ENV,
     SimulatedHardware,
@@ -188,6 +188,21 @@ def test_xid_events_become_counter_increments(open_backend):
     assert got[(m.XID_ERRORS, (("xid", "79"),))] == 2
     assert got[(m.XID_ERRORS, (("xid", "48"),))] == 1
     assert not any(metric == m.XID_ERRORS for metric, _ in values(backend.sample(devices[0])))
+
+
+def test_the_xid_of_a_gpus_loss_counts_in_the_read_that_finds_it_lost(open_backend):
+    doc = scenario(devices=1, freeze_at_s=None)
+    doc["devices"][0]["xid_events"] = [{"at_s": 0.6, "xid": 79}]
+    doc["devices"][0]["lost_at_s"] = 0.6
+    backend, (device,), _ = open_backend(doc)
+    assert backend.sample(device).up
+    deadline = time.monotonic() + 10
+    while (sample := backend.sample(device)).up:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert sample.errors == {"nvmlDeviceGetUtilizationRates": "gpu_is_lost"}
+    assert backend.event_readings(device) == (
+        Reading(m.XID_ERRORS, 1.0, (("xid", "79"),)),)
 
 
 def test_processes_with_memory_and_utilization(open_backend):

@@ -142,6 +142,14 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             self._initialised = False
 
     def _read(self, tracked: _Tracked) -> DeviceReads:
+        try:
+            return self._read_values(tracked)
+        except DeviceDown:
+            if self._xid is not None:  # the events of its loss (an XID 79) count this cycle
+                self._xid.poll()
+            raise
+
+    def _read_values(self, tracked: _Tracked) -> DeviceReads:
         calls, handle, state = tracked.calls, tracked.handle, tracked.state
         readings: list[Reading] = []
         for probe in DEVICE_PROBES:
@@ -167,6 +175,8 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             if age is not None:
                 readings.append(age)
         procs = processes(calls, handle, state)
+        if self._xid is not None:
+            self._xid.poll()
         readings.extend(self._xid_readings(tracked.device.uuid))
         return DeviceReads(tuple(readings), links, procs)
 

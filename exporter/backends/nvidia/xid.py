@@ -1,4 +1,12 @@
-"""XID (critical driver error) events, read from an NVML event set in their own thread."""
+"""XID (critical driver error) events, counted from an NVML event set.
+
+The set is asked for what is waiting without blocking (`nvmlEventSetWait` with a 0 ms
+timeout, as DCGM's event thread asks it once a second) at each device's read: the
+driver queues a set's events until they are asked for, so a device's XID counts are as
+of its own read, and no call waits in NVML between reads. Where no read has asked for
+`IDLE_POLL_S` (every GPU hung, as a GSP timeout leaves them, with its XID to count) a
+thread of the watcher's own asks; it wakes that often, and stops at once.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,7 @@ import contextlib
 import ctypes
 import logging
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -13,11 +22,11 @@ import pynvml
 
 log = logging.getLogger(__name__)
 
-# How long one nvmlEventSetWait may block. A driver sleeps in the kernel until an event or
-# the timeout, so a wait costs next to nothing; the timeout bounds `stop()`, which must
-# see the wait end before NVML is shut down (a longer one would slow every close).
-WAIT_MS = 500
-_RETRY_AFTER_ERROR_S = 1.0
+# The most events one ask takes (a few milliseconds of a device's read); a storm beyond
+# that is taken by the next asks.
+MOST_EVENTS_PER_POLL = 1_000
+_STOP_WAIT_S = 2.0  # how long `stop()` waits for an ask still in the driver
+IDLE_POLL_S = 5.0
 
 
 def handle_key(handle: Any) -> int | None:
@@ -30,16 +39,19 @@ class XidWatcher:
 
     Devices are added one at a time as they are discovered (`watch`); those
     that cannot deliver XID events (NotSupported) are skipped. The event set
-    and the thread waiting on it start with the first device watched. Counts
-    start at zero when a device is first watched.
+    and the thread that asks it while no read does start with the first device
+    watched; `poll` counts what waits in the set. Counts start at zero when a
+    device is first watched.
     """
 
     def __init__(self) -> None:
         self._uuid_by_handle: dict[int | None, str] = {}
         self._counts: dict[str, Counter[int]] = {}
         self._lock = threading.Lock()
+        self._polling = threading.Lock()  # one ask of the event set at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._polled_at = time.monotonic()
         self._event_set: Any = None
         self._unavailable = False
         self.watched: set[str] = set()
@@ -64,8 +76,8 @@ class XidWatcher:
         with self._lock:
             self.watched.add(uuid)
             if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._run, name="ray-accel-xid",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._poll_while_unread,
+                                                name="ray-accel-xid", daemon=True)
                 self._thread.start()
         return True
 
@@ -84,26 +96,56 @@ class XidWatcher:
         with self._lock:
             return dict(self._counts.get(uuid, {}))
 
-    def stop(self) -> None:
-        """Stop waiting; returns within about one wait period."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=WAIT_MS / 1000 * 4)
-        if self._thread is None or not self._thread.is_alive():
-            self._free()
+    def poll(self) -> None:
+        """Count the events waiting in the set: at a device's read, or on the watcher's
+        thread where no read asked lately. Returns at once where another ask is under way
+        (that one takes them)."""
+        if not self._polling.acquire(blocking=False):
+            return
+        self._polled_at = time.monotonic()
+        try:
+            if self._event_set is not None:
+                self._take_waiting(self._event_set)
+        finally:
+            self._polling.release()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _take_waiting(self, event_set: Any) -> None:
+        for _ in range(MOST_EVENTS_PER_POLL):
             try:
-                data = pynvml.nvmlEventSetWait(self._event_set, WAIT_MS)
-            except pynvml.NVMLError_Timeout:
-                continue
+                data = pynvml.nvmlEventSetWait(event_set, 0)
+            except pynvml.NVMLError_Timeout:  # none waiting
+                return
             except pynvml.NVMLError as error:
-                log.debug("XID wait failed: %s", error)
-                self._stop.wait(_RETRY_AFTER_ERROR_S)
-                continue
+                log.debug("XID events could not be read: %s", error)
+                return
             if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
                 self._record(data)
+
+    def _poll_while_unread(self) -> None:
+        wait_s = IDLE_POLL_S
+        while not self._stop.wait(wait_s):
+            unread_s = time.monotonic() - self._polled_at
+            if unread_s >= IDLE_POLL_S:
+                self.poll()  # or, where an ask hangs in the driver, look again later
+                wait_s = IDLE_POLL_S
+            else:
+                wait_s = IDLE_POLL_S - unread_s
+
+    def stop(self) -> None:
+        """Stop the thread and free the event set, once no ask is in the driver (waiting at
+        most `_STOP_WAIT_S` for each: a set an ask hangs in is left to the process's end)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=_STOP_WAIT_S)
+        # An ask from a device's read may be in the driver: the set outlives it.
+        if self._event_set is None or not self._polling.acquire(timeout=_STOP_WAIT_S):
+            return
+        try:
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlEventSetFree(self._event_set)
+            self._event_set = None
+        finally:
+            self._polling.release()
 
     def _record(self, data: Any) -> None:
         code = int(data.eventData)
@@ -116,10 +158,3 @@ class XidWatcher:
             seen = counts[code]
         if seen & (seen - 1) == 0:  # log the 1st, 2nd, 4th, 8th...: a storm stays a few lines
             log.warning("XID %d on %s (%d so far)", code, uuid, seen)
-
-    def _free(self) -> None:
-        if self._event_set is None:
-            return
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlEventSetFree(self._event_set)
-        self._event_set = None
