@@ -37,7 +37,7 @@ from .content_coding import accepts_gzip
 from .heatmap_columns import columns_body, columns_gzip
 from .history import memory_series
 from .node_detail import Detail
-from .node_record import RecordRefused, node_recording, record_query
+from .node_record import RecordFetches, RecordRefused, record_query
 from .prometheus_history import DEFAULT_RANGE, RANGES, PrometheusHistory, Scope, TabHistory
 
 PREFIX = "/accelerators"
@@ -136,6 +136,7 @@ class AcceleratorsApi:
         self.started_error = ""  # set when the host could not start the collector
         self._cached: dict[str, bytes] = {}
         self._cached_for: int = -1
+        self._record_fetches = RecordFetches()
         self._routes: list[tuple[re.Pattern[str], Callable[..., Any]]] = [
             (re.compile(r"^config$"), self.config),
             (re.compile(r"^summary$"), self.summary),
@@ -253,7 +254,10 @@ class AcceleratorsApi:
         except RecordRefused as error:
             raise ApiError(400, str(error)) from None
         _, node = self._node_state(node_id)
-        return await node_recording(self.collector.session(), node, query)
+        if node.silent:  # as for the node page: asking would wait out the whole timeout
+            raise ApiError(504, f"the agent at {node.url} did not answer the last round "
+                                f"({node.error}): not asked; try again once it answers")
+        return await self._record_fetches.fetch(self.collector.session(), node, query)
 
     async def node(self, request: web.Request, node_id: str) -> web.Response:
         """One node in full: its agent's whole snapshot, fetched now (or within the last

@@ -23,6 +23,10 @@ DEFAULT_LAST = "10m"
 # Building ten minutes of an eight-GPU node takes the agent about 3 s of CPU.
 RECORD_TIMEOUT_S = 60.0
 MAX_RECORD_BYTES = 256 * 2**20
+# Recordings the head fetches at once (it holds each whole until handed on): so many
+# downloads of many nodes at once cost the head no more than this many recordings.
+MOST_FETCHES = 4
+RETRY_AFTER_S = 5
 
 
 class RecordRefused(Exception):
@@ -80,3 +84,27 @@ async def node_recording(session: aiohttp.ClientSession, node: NodeState,
                             headers=headers)
     return json_error(502, f"the agent at {node.url} answered HTTP {status} for its recording "
                            "(an agent without /api/v1/record, or a token it refuses)")
+
+
+class RecordFetches:
+    """The head's fetches of recordings from agents, at most `most` at once; beyond them a
+    download is refused with 503 and `Retry-After`, as an agent refuses builds beyond its
+    own (exporter/record/endpoint.py)."""
+
+    def __init__(self, most: int = MOST_FETCHES) -> None:
+        self.most = most
+        self.in_flight = 0
+
+    async def fetch(self, session: aiohttp.ClientSession, node: NodeState,
+                    query: dict[str, str]) -> web.Response:
+        """`node_recording()`, or 503 where `most` fetches are under way."""
+        if self.in_flight >= self.most:
+            refused = json_error(503, f"{self.in_flight} recordings are being fetched from "
+                                      "agents; ask again later")
+            refused.headers["Retry-After"] = str(RETRY_AFTER_S)
+            return refused
+        self.in_flight += 1
+        try:
+            return await node_recording(session, node, query)
+        finally:
+            self.in_flight -= 1

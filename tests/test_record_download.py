@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -138,3 +140,76 @@ def test_an_agent_busy_building_recordings_is_passed_on_with_its_retry_after() -
     answer = asyncio.run(scenario())
     assert answer.status == 503 and answer.headers["Retry-After"] == "5"
     assert "ask again later" in json.loads(answer.body)["error"]
+
+
+def test_an_agent_that_did_not_answer_the_last_round_is_not_asked(agent) -> None:
+    """As for the node page: a download from a node whose agent went silent answers at once
+    with why, instead of waiting out the minute a recording may take; once the agent
+    answers a round again, it is asked."""
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        client, collector = await _head(agent.url, AGENT_TOKEN)
+        headers = {"Authorization": f"Bearer {HEAD_TOKEN}"}
+        answers = []
+        try:
+            os.kill(agent.proc.pid, signal.SIGSTOP)
+            try:
+                await collector.refresh()
+                reply = await client.get(f"/accelerators/api/nodes/{NODE}/record?last=1m",
+                                         headers=headers)
+                answers.append((reply.status, await reply.read()))
+            finally:
+                os.kill(agent.proc.pid, signal.SIGCONT)
+            await collector.refresh()
+            reply = await client.get(f"/accelerators/api/nodes/{NODE}/record?last=1m",
+                                     headers=headers)
+            answers.append((reply.status, await reply.read()))
+        finally:
+            await client.close()
+            await collector.stop()
+        return answers
+
+    (silent, silent_body), (back, back_body) = asyncio.run(scenario())
+    assert silent == 504
+    error = json.loads(silent_body)["error"]
+    assert "did not answer the last round" in error and "not asked" in error
+    assert back == 200 and b"keyframes" in back_body
+
+
+def test_the_head_fetches_a_bounded_number_of_recordings_at_once() -> None:
+    """The head holds each recording whole until it hands it on: downloads of many nodes at
+    once beyond `most` are refused with 503 and Retry-After, and served once one ends."""
+    from aiohttp import ClientSession, web
+
+    from ray_accel.dashboard_module.node_record import RecordFetches
+    from ray_accel.dashboard_module.node_state import NodeState
+
+    async def scenario() -> tuple[list[int], int, str, int]:
+        release = asyncio.Event()
+        asked = 0
+
+        async def slow_recording(request: web.Request) -> web.Response:
+            nonlocal asked
+            asked += 1
+            await release.wait()
+            return web.json_response({"keyframes": {}})
+
+        app = web.Application()
+        app.router.add_get("/api/v1/record", slow_recording)
+        fetches = RecordFetches(most=2)
+        async with TestServer(app) as server, ClientSession() as session:
+            node = NodeState(NODE, str(server.make_url("/")))
+            held = [asyncio.create_task(fetches.fetch(session, node, {"last": "60s"}))
+                    for _ in range(2)]
+            while asked < 2:
+                await asyncio.sleep(0.01)
+            refused = await fetches.fetch(session, node, {"last": "60s"})
+            release.set()
+            served = [answer.status for answer in await asyncio.gather(*held)]
+            again = await fetches.fetch(session, node, {"last": "60s"})
+            return served, refused.status, refused.headers.get("Retry-After", ""), again.status
+
+    served, refused, retry_after, again = asyncio.run(scenario())
+    assert served == [200, 200]
+    assert refused == 503 and retry_after == "5"
+    assert again == 200
