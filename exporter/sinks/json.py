@@ -6,7 +6,7 @@ device cannot report is absent, never zero or null.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from .. import catalog as m
@@ -15,6 +15,7 @@ from ..attribution.model import Attribution, RayIdentity
 from ..attribution.transfers import ActorTask, Transfer
 from ..model import (
     DeviceSample,
+    Link,
     NodeSnapshot,
     Reading,
     actor_devices,
@@ -57,7 +58,8 @@ def _holders(sample: DeviceSample, snapshot: NodeSnapshot) -> dict[str, Any]:
 
 
 def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float,
-            metrics: Container[str] | None) -> dict[str, Any]:
+            metrics: Container[str] | None, links: Callable[[Link], bool] | None
+            ) -> dict[str, Any]:
     device = sample.device
     age_s = max(snapshot.taken_at - sample.taken_at, 0.0)
     identity = snapshot.attribution.identity
@@ -79,7 +81,7 @@ def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float,
         "links": [
             {"link_type": link.link_type, "index": link.index, "facts": dict(link.facts),
              "rates_bytes_per_s": dict(link.rates), "values": _values(link.readings, metrics)}
-            for link in sample.links
+            for link in sample.links if links is None or links(link)
         ],
         "errors": dict(sample.errors),
         **_holders(sample, snapshot),
@@ -136,10 +138,11 @@ def transfers_document(snapshot: NodeSnapshot) -> dict[str, Any]:
     }
 
 
-def snapshot_document(snapshot: NodeSnapshot,
-                      metrics: Container[str] | None = None) -> dict[str, Any]:
+def snapshot_document(snapshot: NodeSnapshot, metrics: Container[str] | None = None,
+                      links: Callable[[Link], bool] | None = None) -> dict[str, Any]:
     """The whole node snapshot as a JSON-ready dict; with `metrics`, the readings of those
-    metrics only (the summary's cut: sinks/summary.py)."""
+    metrics only, and with `links`, the links it keeps only (the summary's cut:
+    sinks/summary.py)."""
     stale_after = stale_after_s(snapshot.interval_s)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -155,7 +158,8 @@ def snapshot_document(snapshot: NodeSnapshot,
              "message": b.message, "facts": dict(b.facts)}
             for b in snapshot.backends
         ],
-        "devices": [_device(s, snapshot, stale_after, metrics) for s in snapshot.devices],
+        "devices": [_device(s, snapshot, stale_after, metrics, links)
+                    for s in snapshot.devices],
         "attribution": _attribution(snapshot.attribution, snapshot.taken_at),
         "transfers": transfers_document(snapshot),
         "errors": [
