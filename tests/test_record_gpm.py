@@ -118,3 +118,6 @@ def test_the_costly_calls_are_timed_one_by_one_on_the_cpu_they_spend(recorded):
     assert {"nvmlDeviceGetFieldValues[83]", "nvmlDeviceGetFieldValues[197,198]",
             "nvmlDeviceGetPcieReplayCounter",
             "nvmlDeviceGetProcessUtilization"} <= set(costs)
+    # the XID event set asked without blocking, as each device read asks it: nothing waits
+    waits = costs["nvmlEventSetWait[0 ms]"]
+    assert len(waits) == 10 and all(call["code"] == pynvml.NVML_ERROR_TIMEOUT for call in waits)

@@ -12,7 +12,10 @@ the agent's backend read every GPU twice), each with its wall and CPU microsecon
 - `nvmlDeviceGetFieldValues` with the PCIe byte counters (fields 197/198);
 - `nvmlDeviceGetPcieReplayCounter`, on the slow cadence;
 - `nvmlDeviceGetProcessUtilization`, every cycle while processes hold the GPU;
-- `nvmlDeviceGetPowerUsage`, every cycle, for comparison.
+- `nvmlDeviceGetPowerUsage`, every cycle, for comparison;
+- `nvmlEventSetWait` with a 0 ms timeout on a set with GPU 0's XID events, as each
+  device read asks it (exporter/backends/nvidia/xid.py): NVML_ERROR_TIMEOUT, nothing
+  waiting, is its common answer.
 """
 
 from __future__ import annotations
@@ -46,10 +49,18 @@ def _calls(handle: Any) -> dict[str, Callable[[], Any]]:
 
 def record_call_costs() -> dict[str, list[dict[str, Any]]]:
     """function -> each repeat's cost ({wall_us, cpu_us}, with the error where it raised)."""
-    calls = _calls(pynvml.nvmlDeviceGetHandleByIndex(0))
-    costs: dict[str, list[dict[str, Any]]] = {name: [] for name in calls}
-    for _ in range(REPEATS):
-        for name, call in calls.items():
-            costs[name].append(timed(call)[1])
-        time.sleep(SPACING_S)
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    calls = _calls(handle)
+    event_set = pynvml.nvmlEventSetCreate()
+    try:
+        pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError,
+                                        event_set)
+        calls["nvmlEventSetWait[0 ms]"] = lambda: pynvml.nvmlEventSetWait(event_set, 0)
+        costs: dict[str, list[dict[str, Any]]] = {name: [] for name in calls}
+        for _ in range(REPEATS):
+            for name, call in calls.items():
+                costs[name].append(timed(call)[1])
+            time.sleep(SPACING_S)
+    finally:
+        pynvml.nvmlEventSetFree(event_set)
     return costs
