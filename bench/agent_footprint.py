@@ -630,6 +630,26 @@ FINDINGS = [
     "take the common case first: 2.4 ms live with the cut alone, 1.0 ms in a loop with both. "
     "With the asks, the agent with Ray took 0.96 % (09225f7) and 1.02 % (1dedc8b, section 4) "
     "in the runs of section 4.",
+    "",
+    "XID events (2026-12-07, evening): the watcher's thread waited in `nvmlEventSetWait` "
+    "with a 500 ms timeout, so that stopping could see the wait end before NVML shut down: "
+    "two wakes a second, 0.047-0.053 % of a core with Ray, for events that are exported once "
+    "a cycle anyway. Each device read now asks the event set for what waits without "
+    "blocking (a 0 ms timeout, as DCGM's event thread asks once a second; 1.8 us a call on "
+    "the simulated driver in a loop), the read that finds a GPU lost asks first, and only "
+    "where no read has asked for 5 s (every GPU hung) does the watcher's thread ask. Two "
+    "agents with Ray side by side on one head, answering the head's rounds (150 s, load "
+    "0.1-0.3, four runs, both orders of start): 1.027, 1.080, 0.953 and 0.933 % of a core "
+    "against 1.127, 1.107, 1.020 and 0.953 % for the code before (d11bb46); about 0.05 % "
+    "less, the XID thread's share. The summary's cut now leaves the links that are up out of "
+    "the document instead of making and dropping them: a build 0.93 against 1.11 ms in a "
+    "loop. The runs of section 4 took 1.02 % with Ray and 0.82 % standalone before that "
+    "last change (4151a09; Ray's dashboard agent 2.22 %) and 1.01 % and 0.83 % after it "
+    "(54960fb, the tables above; 2.19 %): with Ray the agent stays at the 1 % target within "
+    "this machine's spread, not under it with a margin. What is left is "
+    "named above: the simulated driver's third, attribution's 0.11-0.13 % (a refresh every "
+    "2 s), the head's asks and scrapes on the event loop (0.11-0.15 %), and the cycle's own "
+    "Python on the read and sampler threads.",
 ]
 
 
