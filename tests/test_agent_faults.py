@@ -50,6 +50,21 @@ def test_xid_storm_is_counted_exactly_and_sampling_goes_on(tmp_path):
         agent.wait_for(lambda d: d["cycle"] >= cycle + 5)
 
 
+def test_an_event_wait_that_hangs_holds_up_one_read_only(tmp_path):
+    """NVML's event set stops answering while every other call answers: the read that asked
+    it is late (that GPU stale, as for any hung call), the other reads do not ask again
+    while that ask is in the driver, and they report."""
+    doc = scenario(devices=4, freeze_at_s=None)
+    doc["delays"] = [{"function": "nvmlEventSetWait_v2", "seconds": 600, "from_s": 1.0}]
+    with AgentProcess("--simulate", write_scenario(tmp_path, doc), "--interval", "0.3") as agent:
+        first = agent.wait_for(lambda d: len(d["devices"]) == 4
+                               and sum(x["stale"] for x in d["devices"]) == 1, timeout=30)
+        later = agent.wait_for(lambda d: d["cycle"] >= first["cycle"] + 10)
+        assert sum(x["stale"] for x in later["devices"]) == 1
+        assert sum(x["up"] for x in later["devices"]) == 3
+        assert agent.json("/healthz")["status"] == "degraded"
+
+
 def test_hung_call_keeps_threads_bounded(tmp_path):
     doc = scenario(devices=3, freeze_at_s=None)
     doc["delays"] = [{"function": "nvmlDeviceGetTemperature", "device": 1, "seconds": 600,
