@@ -27,6 +27,7 @@ from .serving import (
     ConnectionCap,
     ListeningAt,
     RateLimitedNotice,
+    SendWatch,
     ServingLimits,
 )
 from .web_auth import AccessPolicy
@@ -87,6 +88,7 @@ class _GuardedHandler(RequestHandler):
         self._notice = manager.notice
         self._header_timer: asyncio.TimerHandle | None = None
         self._silent_timer: asyncio.TimerHandle | None = None
+        self._send_watch = SendWatch(self._limits)
         self.completed_a_request = False
         self.peer = "?"
 
@@ -103,6 +105,7 @@ class _GuardedHandler(RequestHandler):
                                                        self._silent_timed_out)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        self._send_watch.resumed()
         self._cancel_header_timer()
         if self._silent_timer is not None:
             self._silent_timer.cancel()
@@ -125,8 +128,31 @@ class _GuardedHandler(RequestHandler):
             self._header_timer = self._loop.call_later(self._limits.header_timeout_s,
                                                        self._header_timed_out)
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.transport is not None:
+            self._send_watch.paused(self.transport, self._send_stalled)
+
+    def resume_writing(self) -> None:
+        self._send_watch.resumed()
+        super().resume_writing()
+
+    @property
+    def answer_waiting_since(self) -> float | None:
+        """Since when (loop time) the client has left its answer waiting, or None."""
+        return self._send_watch.waiting_since
+
     def evict(self) -> None:
+        """Closes the connection at once, dropping what waits to be sent."""
+        transport = self.transport
         self.force_close()
+        if transport is not None:
+            transport.abort()
+
+    def _send_stalled(self) -> None:
+        self._notice(f"closed a connection from {self.peer}: its client took none of its "
+                     f"answer for {self._limits.send_timeout_s:g} s")
+        self.evict()
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:

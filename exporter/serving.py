@@ -8,10 +8,14 @@ aiohttp one, exporter/aiohttp_serving.py) put these limits around what they serv
   the connection is closed;
 - a connection with no request under way is closed after `keepalive_timeout_s`
   (also one that opens and sends nothing);
+- a connection whose client takes none of its answer for `send_timeout_s` (the
+  answer waits in the server's buffer, the client not reading) is closed;
 - at most `max_connections` are open: a new one beyond the cap takes the place of
-  the oldest connection that has not completed a request yet, or, when every
-  open connection has, is answered a JSON 503 and closed. A slow client thus
-  cannot lock out a scraper that sends its request at once;
+  the oldest connection that has not completed a request yet, else of the one
+  whose client has left its answer waiting longest, or, when every open
+  connection has completed a request and takes its answers, is answered a JSON
+  503 and closed. A slow client, or one that asks and never reads, thus cannot
+  lock out a scraper that sends its request at once;
 - malformed requests and the connection refusals are answered as JSON and
   logged as one line, at most once a minute per server.
 
@@ -20,10 +24,11 @@ This module imports no HTTP framework: the agent process never loads aiohttp.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,13 +44,15 @@ class ServingLimits:
 
     header_timeout_s: float = 10.0
     keepalive_timeout_s: float = 60.0
+    send_timeout_s: float = 30.0  # an answer the client takes none of
     max_connections: int = 1024
     max_line_bytes: int = 8190  # request line and each header line
     max_headers: int = 100
     notice_every_s: float = 60.0  # at most one log line per this many seconds
 
     def __post_init__(self) -> None:
-        for name in ("header_timeout_s", "keepalive_timeout_s", "notice_every_s"):
+        for name in ("header_timeout_s", "keepalive_timeout_s", "send_timeout_s",
+                     "notice_every_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.max_connections < 1:
@@ -74,11 +81,61 @@ class RateLimitedNotice:
         self._logger.warning("%s%s", message, more, exc_info=traceback)
 
 
+class SendWatch:
+    """Whether a connection's client takes its answers: started when the transport pauses
+    writing (its buffer is full), stopped when it resumes. A client that takes none of the
+    waiting bytes for `send_timeout_s` has `stalled` called (to close the connection)."""
+
+    def __init__(self, limits: ServingLimits) -> None:
+        self._timeout_s = limits.send_timeout_s
+        # Held only while an answer waits, so that the watch and its connection do not
+        # refer to each other once the connection is gone.
+        self._transport: asyncio.WriteTransport | None = None
+        self._stalled: Callable[[], None] | None = None
+        self._waiting_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        #: When (loop time) the client stopped taking its answer; None while it takes it.
+        self.waiting_since: float | None = None
+
+    def paused(self, transport: asyncio.WriteTransport, stalled: Callable[[], None]) -> None:
+        """The transport paused writing: the client's answer waits."""
+        loop = asyncio.get_running_loop()
+        self._transport, self._stalled, self.waiting_since = transport, stalled, loop.time()
+        self._arm(loop)
+
+    def resumed(self) -> None:
+        """The transport resumed writing, or the connection is gone."""
+        self._transport = self._stalled = self.waiting_since = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._transport is not None
+        self._waiting_bytes = self._transport.get_write_buffer_size()
+        self._timer = loop.call_later(self._timeout_s, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        transport, stalled = self._transport, self._stalled
+        if transport is None or stalled is None or transport.is_closing():
+            return
+        if transport.get_write_buffer_size() < self._waiting_bytes:  # slow, but taking it
+            self._arm(asyncio.get_running_loop())
+            return
+        stalled()
+
+
 class Counted(Protocol):
     """A connection as the cap sees it."""
 
     peer: str
     completed_a_request: bool
+
+    @property
+    def answer_waiting_since(self) -> float | None:
+        """Since when (loop time) the client has left its answer waiting; None while it
+        takes its answers."""
 
     def evict(self) -> None:
         """Closes the connection at once, without an answer."""
@@ -86,7 +143,8 @@ class Counted(Protocol):
 
 class ConnectionCap:
     """One server's open connections in order of arrival, under `max_connections`: a new
-    one beyond the cap takes the place of the oldest that has not completed a request."""
+    one beyond the cap takes the place of the oldest that has not completed a request,
+    else of the one whose client has left its answer waiting longest."""
 
     def __init__(self, limits: ServingLimits, notice: RateLimitedNotice) -> None:
         self._limits = limits
@@ -103,20 +161,31 @@ class ConnectionCap:
         """Counts a new connection; False when it must be refused."""
         cap = self._limits.max_connections
         if len(self._open) >= cap:
-            victim = next((c for c in self._open if not c.completed_a_request), None)
+            victim, why = self._victim()
             if victim is None:
                 self._notice(f"refused a connection from {connection.peer}: {cap} connections "
                              "are open, each serving requests")
                 return False
             self.release(victim)
-            self._notice(f"closed a connection from {victim.peer} that had sent no complete "
-                         f"request, to admit a new one ({cap} open)")
+            self._notice(f"closed a connection from {victim.peer} that {why}, to admit a new "
+                         f"one ({cap} open)")
             victim.evict()
         self._open[connection] = None
         return True
 
     def release(self, connection: Counted) -> None:
         self._open.pop(connection, None)
+
+    def _victim(self) -> tuple[Counted | None, str]:
+        """The connection to close for a new one, and why; None when each one serves."""
+        silent = next((c for c in self._open if not c.completed_a_request), None)
+        if silent is not None:
+            return silent, "had sent no complete request"
+        waiting = [c for c in self._open if c.answer_waiting_since is not None]
+        if waiting:
+            return (min(waiting, key=lambda c: c.answer_waiting_since),  # type: ignore[arg-type]
+                    "left its answer waiting")
+        return None, ""
 
 
 class ListeningAt:

@@ -4,7 +4,9 @@ A long-running agent answers /healthz and /metrics on fresh and kept-alive
 connections for months; whatever a connection leaves behind (its place in the
 connection table, a timer, an answering task, a reference from either) would
 grow with every scrape. Real sockets, closed every way a client or the server
-closes them.
+closes them. A connection is freed as soon as it closes, not at the garbage
+collector's next full pass: the agent's collector runs those rarely
+(exporter/python_gc.py), and a closed connection kept meanwhile holds its answer.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import gc
 import time
 from dataclasses import replace
 
+from greedy_clients import non_reader
 from snapshots import sample_snapshot
 
-from ray_accel.exporter.httpd import serve
+from ray_accel.exporter.httpd import Response, serve
 from ray_accel.exporter.httpd.connection import Connection
 from ray_accel.exporter.server import AgentHttp
 from ray_accel.exporter.serving import ServingLimits
@@ -94,3 +97,44 @@ def test_closed_connections_leave_no_table_entry_timer_task_or_reference():
     assert timers <= 0
     assert tasks == 0
     assert alive == 0
+
+
+def _connections_kept() -> int:
+    """Connections still in memory, without collecting: freed ones are gone already."""
+    return sum(isinstance(o, Connection) for o in gc.get_objects())
+
+
+def test_a_connection_whose_client_left_with_its_answers_unread_is_freed_when_it_closes():
+    large = b"m" * 320_000
+
+    async def handler(request):
+        return Response(body=large, content_type="text/plain")
+
+    async def go() -> tuple[int, int, int]:
+        serving = await serve(handler, "127.0.0.1", 0, ServingLimits())
+        try:
+            request = b"GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n"
+            clients = [await non_reader(serving.port, request) for _ in range(ROUNDS)]
+
+            def waiting() -> int:  # connections whose answer waits for its client
+                return sum(c.answer_waiting_since is not None for c in serving._manager.cap)
+
+            await _until(lambda: waiting() == ROUNDS)
+            held = waiting()
+            for _, writer in clients:  # each leaves with its answers unread
+                writer.transport.abort()
+            await _until(lambda: serving.open_connections == 0)
+            await asyncio.sleep(0.2)  # their cancelled answers finish
+            return held, serving.open_connections, _connections_kept()
+        finally:
+            await serving.close()
+
+    gc.collect()
+    gc.disable()
+    try:
+        held, open_connections, kept = asyncio.run(go())
+    finally:
+        gc.enable()
+    assert held == ROUNDS
+    assert open_connections == 0
+    assert kept == 0

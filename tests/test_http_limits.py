@@ -2,8 +2,9 @@
 
 Real sockets against the agent's own server (exporter/httpd/) and the dashboard's
 aiohttp one: slow-header clients are cut off after the header timeout while a
-normal client keeps getting /metrics; the connection cap holds; what the parsers
-refuse comes back as JSON and is logged once, without a traceback.
+normal client keeps getting /metrics; clients that ask and never read their answers
+lose their place under the cap and then their connections; the connection cap holds;
+what the parsers refuse comes back as JSON and is logged once, without a traceback.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from dataclasses import replace
 
 import aiohttp
 import pytest
+from aiohttp import web
+from greedy_clients import non_reader
 from snapshots import sample_snapshot
 
 from ray_accel.dashboard_module.api import PREFIX, AcceleratorsApi
 from ray_accel.dashboard_module.collector import Collector
 from ray_accel.dashboard_module.standalone import build_app
 from ray_accel.exporter import aiohttp_serving
-from ray_accel.exporter.httpd import serve
+from ray_accel.exporter.httpd import Response, serve
 from ray_accel.exporter.server import AgentHttp
 from ray_accel.exporter.serving import ServingLimits
 from ray_accel.exporter.store import SnapshotStore
@@ -243,3 +246,59 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout():
 
     closed_with, left = asyncio.run(go())
     assert closed_with == b"" and left == 0
+
+
+LARGE_ANSWER = b"m" * 320_000  # about the /metrics of an 8-GPU node
+NON_READERS = 8
+METRICS = b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
+
+
+async def _large_answers(which: str, limits: ServingLimits):
+    """A server of `which` kind answering every GET with `LARGE_ANSWER`."""
+    if which == "agent":
+        async def handler(request):
+            return Response(body=LARGE_ANSWER, content_type="text/plain")
+        return await serve(handler, "127.0.0.1", 0, limits)
+
+    async def route(request: web.Request) -> web.Response:
+        return web.Response(body=LARGE_ANSWER, content_type="text/plain")
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", route)
+    return await aiohttp_serving.serve(app, "127.0.0.1", 0, limits)
+
+
+async def _status_of_a_normal_get(port: int) -> int:
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(timeout=timeout) as session, \
+            session.get(f"http://127.0.0.1:{port}/healthz") as reply:
+        await reply.read()
+        return reply.status
+
+
+@pytest.mark.parametrize("which", ["agent", "dashboard"])
+def test_clients_that_never_read_their_answers_lose_their_place_then_their_connection(
+        which, caplog):
+    async def go():
+        limits = ServingLimits(max_connections=NON_READERS, send_timeout_s=2.0)
+        serving = await _large_answers(which, limits)
+        clients = [await non_reader(serving.port, METRICS) for _ in range(NON_READERS)]
+        try:
+            await asyncio.sleep(0.5)  # each one's answers fill its buffers
+            held = serving.open_connections
+            statuses = [await _status_of_a_normal_get(serving.port) for _ in range(3)]
+            deadline = time.monotonic() + 15
+            while serving.open_connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            return held, statuses, serving.open_connections
+        finally:
+            for _, writer in clients:
+                writer.close()
+            await serving.close()
+
+    with caplog.at_level(logging.WARNING):
+        held, statuses, left = asyncio.run(go())
+    assert held == NON_READERS  # the cap was full of clients that had asked and not read
+    assert statuses == [200, 200, 200]  # each time one of them made room
+    assert left == 0  # the rest were closed once they took nothing for 2 s
+    notes = " ".join(r.getMessage() for r in caplog.records)
+    assert "left its answer waiting" in notes or "took none of its answer" in notes

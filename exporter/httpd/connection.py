@@ -4,15 +4,15 @@ Requests on a connection are answered one at a time, in the order they came
 (pipelining); bytes that arrive meanwhile wait in the buffer, and reading
 pauses when too many wait or the client does not read its answers. The limits
 of `ServingLimits` (exporter/serving.py) apply as the module docstring there
-describes: header timeout, idle timeout, the connection cap and its eviction
-rule, line and field limits, and one rate-limited log line per kind of event.
+describes: header timeout, idle timeout, send timeout, the connection cap and its
+eviction rule, line and field limits, and one rate-limited log line per kind of event.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from ..serving import ConnectionCap, RateLimitedNotice, ServingLimits
+from ..serving import ConnectionCap, RateLimitedNotice, SendWatch, ServingLimits
 from .messages import NO_CONTENT, Handler, json_error, refusal_bytes
 from .parser import HttpError, RequestHead, check_incomplete, chunked_end, parse_head
 
@@ -53,6 +53,7 @@ class Connection(asyncio.Protocol):
         self._request_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._writable: asyncio.Future | None = None
+        self._send_watch = SendWatch(self._limits)
         self._paused = False
         self._closed = False
         self._half_closed = False
@@ -90,18 +91,32 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
-        if self._answering is not None:
-            self._answering.cancel()
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
+        self._send_watch.resumed()
+        # Dropped first: the cancelled task's traceback refers to this connection, and a
+        # reference back would keep both (and the answer's bytes) until a full collection.
+        answering, self._answering = self._answering, None
+        if answering is not None:
+            answering.cancel()
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+        self._transport = None
 
     def pause_writing(self) -> None:
         if self._writable is None or self._writable.done():
             self._writable = asyncio.get_running_loop().create_future()
+        if self._transport is not None:
+            self._send_watch.paused(self._transport, self._send_stalled)
 
     def resume_writing(self) -> None:
+        self._send_watch.resumed()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
+
+    @property
+    def answer_waiting_since(self) -> float | None:
+        """Since when (loop time) the client has left its answer waiting, or None."""
+        return self._send_watch.waiting_since
 
     # reading requests
 
@@ -240,10 +255,20 @@ class Connection(asyncio.Protocol):
         self._cancel_request_timer()
         self._cancel_idle_timer()
 
+    def _send_stalled(self) -> None:
+        self._notice(f"closed a connection from {self.peer}: its client took none of its "
+                     f"answer for {self._limits.send_timeout_s:g} s")
+        self.evict()
+
     def close(self) -> None:
         """Stops counting this connection and closes it once what was written is sent."""
         self._forget()
         if self._transport is not None:
             self._transport.close()
 
-    evict = close
+    def evict(self) -> None:
+        """Stops counting this connection and closes it at once, dropping what waits to be
+        sent (a client that does not read would otherwise hold it open)."""
+        self._forget()
+        if self._transport is not None:
+            self._transport.abort()
