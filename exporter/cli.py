@@ -16,7 +16,7 @@ from .agent import Agent, serve_forever
 from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
 from .catalog import SLOW_READ_INTERVAL_S
-from .cli_args import RESERVED_LABELS, bounded_number, label_pair
+from .cli_args import bounded_number, label_pair, node_label_problem
 from .config import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, AgentConfig
 from .exposure import ExposureError, add_exposure_arguments, exposure_settings
 from .heap import tune_malloc
@@ -141,10 +141,9 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         if unknown:
             parser.error(f"unknown backend(s) {', '.join(unknown)}; "
                          f"installed: {', '.join(available_backends())}")
-    reserved = sorted({key for key, _ in args.node_label} & RESERVED_LABELS)
-    if reserved:
-        parser.error(f"--node-label: {', '.join(reserved)} is already used by the agent's own "
-                     "labels")
+    labels_wrong = node_label_problem(args.node_label)
+    if labels_wrong:
+        parser.error(labels_wrong)
     if args.simulate:
         from .simulate import ScenarioError, load_scenario
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 
 from .catalog import CATALOG, NODE_LABELS
 
 # Label names a --node-label may not take: the agent's own node labels and metric labels.
 RESERVED_LABELS = frozenset({*NODE_LABELS, *(n for spec in CATALOG for n in spec.all_labels)})
+# Prometheus' label names (names starting with "__" are its own, and refused in a scrape).
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 def bounded_number(
@@ -29,10 +32,24 @@ def bounded_number(
 
 
 def label_pair(text: str) -> tuple[str, str]:
-    """An argparse type: `NAME=VALUE` with a label-safe NAME."""
+    """An argparse type: `NAME=VALUE` with NAME a Prometheus label name of the user's own."""
     key, sep, value = text.partition("=")
-    if not sep or not key.isidentifier():
+    if not sep or not _LABEL_NAME.fullmatch(key) or key.startswith("__"):
         raise argparse.ArgumentTypeError(
-            f"expected NAME=VALUE with a label-safe NAME, got {text!r}"
+            f"expected NAME=VALUE with NAME a label name (ASCII letters, digits and _, not "
+            f"starting with a digit or __), got {text!r}"
         )
     return key, value
+
+
+def node_label_problem(pairs: Sequence[tuple[str, str]]) -> str | None:
+    """What is wrong with the `--node-label` pairs as a whole (a name the agent uses, or one
+    given twice), or None."""
+    reserved = sorted({key for key, _ in pairs} & RESERVED_LABELS)
+    if reserved:
+        return f"--node-label: {', '.join(reserved)} is already used by the agent's own labels"
+    names = [key for key, _ in pairs]
+    twice = sorted({key for key in names if names.count(key) > 1})
+    if twice:
+        return f"--node-label: {', '.join(twice)} given more than once"
+    return None

@@ -38,7 +38,8 @@ ALLOWED_PARAMETERS: dict[str, frozenset[str]] = {
 
 
 def known_parameters_only(handler: httpd.Handler) -> httpd.Handler:
-    """`handler` behind a check that a known path is asked only its known parameters."""
+    """`handler` behind a check that a known path is asked only its known parameters, each
+    once (but lists, named `name[]`)."""
     async def checked(request: Request) -> Response:
         allowed = ALLOWED_PARAMETERS.get(request.path)
         if allowed is not None:
@@ -47,6 +48,11 @@ def known_parameters_only(handler: httpd.Handler) -> httpd.Handler:
                 accepted = ", ".join(sorted(allowed)) or "none"
                 return json_error(400, f"unknown query parameter(s) {', '.join(unknown)} for "
                                        f"{request.path}; accepted: {accepted}")
+            twice = sorted(name for name, values in request.query.items()
+                           if len(values) > 1 and not name.endswith("[]"))
+            if twice:
+                return json_error(400, f"query parameter(s) {', '.join(twice)} given more "
+                                       "than once")
         return await handler(request)
 
     return checked

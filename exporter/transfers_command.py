@@ -34,19 +34,23 @@ from .collective import DEFAULT_BUSY_UTILIZATION, DEFAULT_FLAT_BYTES_PER_S, DEFA
 FETCH_TIMEOUT_S = 5.0
 
 
-def _positive(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _positive(text: str) -> float:
+    value = _number(text)
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"must be above 0 and at most 86400, got {text}")
     return value
 
 
 def _ratio(text: str) -> float:
-    value = _positive(text)
-    if value > 1:
+    value = _number(text)
+    if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be a ratio in (0, 1], got {text}")
     return value
 

@@ -104,7 +104,10 @@ class BasicUsers:
         import bcrypt
 
         async with self._at_once:
-            ok = await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed)
+            try:
+                ok = await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed)
+            except ValueError:  # a password over bcrypt's 72 bytes matches no hash
+                return False
         if ok:
             if len(self._remembered) >= _REMEMBERED_LOGINS:
                 self._remembered.pop(next(iter(self._remembered)))

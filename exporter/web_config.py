@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ _UNSUPPORTED = {
     "RequireAnyClientCert": "an unverified client certificate is never accepted",
 }
 DEFAULT_POLL_S = 2.0
+_BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 
 
 class WebConfigError(ValueError):
@@ -103,13 +105,17 @@ def _tls_context(path: Path, tls: Any) -> tuple[ssl.SSLContext, tuple[Path, ...]
     if not isinstance(tls, dict):
         raise WebConfigError(f"{path}: tls_server_config must be a mapping")
     for key, value in tls.items():
-        if key in _UNSUPPORTED or value in _UNSUPPORTED:
-            name = key if key in _UNSUPPORTED else value
+        name = next((n for n in (key, value) if isinstance(n, str) and n in _UNSUPPORTED), None)
+        if name is not None:
             raise WebConfigError(f"{path}: tls_server_config {name} is not supported: "
                                  f"{_UNSUPPORTED[name]}")
-    unknown = sorted(set(tls) - _TLS_KEYS)
+    unknown = sorted(str(key) for key in tls if key not in _TLS_KEYS)
     if unknown:
         raise WebConfigError(f"{path}: unknown tls_server_config key(s) {', '.join(unknown)}")
+    for key, value in tls.items():
+        if value is not None and not isinstance(value, str):
+            raise WebConfigError(f"{path}: tls_server_config {key} must be a string, got "
+                                 f"{type(value).__name__}")
     if not tls.get("cert_file") or not tls.get("key_file"):
         raise WebConfigError(f"{path}: tls_server_config needs cert_file and key_file")
 
@@ -161,13 +167,28 @@ def _users(path: Path, users: Any) -> dict[str, bytes]:
     hashes = {}
     for user, hashed in users.items():
         text = str(hashed or "")
-        if not text.startswith(("$2a$", "$2b$", "$2y$")) or len(text) != 60:
+        if not _is_bcrypt_hash(text):
             raise WebConfigError(f"{path}: basic_auth_users {user}: not a bcrypt hash (make "
                                  "one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'` or "
                                  "python -c 'import bcrypt; print(bcrypt.hashpw(b\"pw\", "
                                  "bcrypt.gensalt()).decode())')")
         hashes[str(user)] = text.encode()
     return hashes
+
+
+def _is_bcrypt_hash(text: str) -> bool:
+    """Whether `text` is a bcrypt hash that bcrypt can check a password against: its form
+    (version, cost 4-31, 53 characters of bcrypt's alphabet) and a salt bcrypt accepts
+    (tried at the lowest cost, so that checking a file costs about a millisecond)."""
+    if not _BCRYPT_HASH.fullmatch(text):
+        return False
+    import bcrypt
+
+    try:
+        bcrypt.hashpw(b"", b"$2b$04$" + text[7:29].encode())
+    except ValueError:
+        return False
+    return True
 
 
 class WebConfigWatcher:

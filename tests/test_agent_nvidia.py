@@ -123,6 +123,11 @@ def test_driver_missing_at_start_then_appearing(tmp_path):
         (["--simulate", "no-such-scenario"], "--simulate"),
         (["--node-label", "uuid=x"], "already used"),
         (["--node-label", "no-equals"], "NAME=VALUE"),
+        (["--node-label", "caf\u00e9=1"], "NAME=VALUE with NAME a label name"),
+        (["--node-label", "__name__=x"], "not starting with a digit or __"),
+        (["--node-label", "9lives=x"], "NAME=VALUE with NAME a label name"),
+        (["--node-label", "team=a", "--node-label", "team=b"], "team given more than once"),
+        (["--collective-busy-utilization", "nan"], "must be a ratio in (0, 1]"),
         (["--backend", "bogus"], "unknown backend"),
     ],
 )

@@ -104,6 +104,14 @@ def test_bad_web_config_is_refused_at_start(tmp_path):
             "RequestClientCert is not supported",
         "basic_auth: {}\n": "unknown key(s) basic_auth",
         "[unclosed\n": "not valid YAML",
+        # the form of a bcrypt hash, with a salt bcrypt refuses
+        "basic_auth_users: {prom: '$2b$12$" + "z" * 53 + "'}\n": "not a bcrypt hash",
+        "basic_auth_users: {prom: '$2b$12$" + "!" * 53 + "'}\n": "not a bcrypt hash",
+        "tls_server_config: {cert_file: a, key_file: b, min_version: [1]}\n":
+            "min_version must be a string",
+        "tls_server_config: {cert_file: {a: 1}, key_file: b}\n": "cert_file must be a string",
+        "tls_server_config: {cert_file: a, key_file: b, 7: x}\n":
+            "unknown tls_server_config key(s) 7",
     }
     for text, message in cases.items():
         path = tmp_path / "web.yml"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import shutil
 import subprocess
 import time
 
+import bcrypt
 import pytest
 import yaml
 from tls_files import write_web_config
@@ -15,6 +18,7 @@ from ray_accel.exporter.cluster.actors import DeploySettings
 from ray_accel.exporter.cluster.registry import AgentRecord
 from ray_accel.exporter.cluster.sd_file import scrape_job, target_groups
 from ray_accel.exporter.exposure import Exposure, ExposureError, ExposureSettings
+from ray_accel.exporter.web_auth import BasicUsers
 
 RAY_TOKEN = "the-ray-token"
 
@@ -58,6 +62,19 @@ def test_basic_auth_users_guard_metrics_by_default(tmp_path):
     opened = Exposure("127.0.0.1", ExposureSettings(metrics_auth="none",
                                                    web_config_file=str(web)))
     assert not opened.policy.guarded("/metrics") and opened.policy.guarded("/api/v1/snapshot")
+
+
+def test_a_password_longer_than_bcrypt_reads_is_refused_as_wrong_not_as_an_error():
+    users = BasicUsers({"prom": bcrypt.hashpw(b"pw", bcrypt.gensalt(4))})
+
+    def basic(password: str) -> str:
+        return "Basic " + base64.b64encode(f"prom:{password}".encode()).decode()
+
+    async def go() -> list[bool]:
+        return [await users.check(basic(password))
+                for password in ("pw", "pw" + "x" * 100, "y" * 73, "wrong")]
+
+    assert asyncio.run(go()) == [True, False, False, False]
 
 
 def test_no_token_to_require_is_refused(monkeypatch):

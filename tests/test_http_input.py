@@ -65,6 +65,15 @@ def test_unknown_query_parameters_are_refused(client):
     assert "unknown query parameter(s) cycle" in error["error"] and error["status"] == 400
 
 
+def test_a_parameter_given_twice_is_refused_but_a_list_is_not(client):
+    status, _, body = call(client, "GET", "/api/v1/record?last=30s&last=10m")
+    assert status == 400
+    assert json.loads(body)["error"] == "query parameter(s) last given more than once"
+    status, _, _ = call(client, "GET",
+                        "/metrics?name[]=hw_power_watts&name[]=hw_energy_joules_total")
+    assert status == 200
+
+
 def test_metrics_name_filter(client):
     status, _, body = call(client, "GET", "/metrics?name[]=hw_power_watts"
                                           "&name[]=hw_energy_joules_total")

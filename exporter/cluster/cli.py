@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cli_args import RESERVED_LABELS, bounded_number, label_pair
+from ..cli_args import bounded_number, label_pair, node_label_problem
 from ..sinks.otlp_settings import PROTOCOLS, otlp_settings
 from ..web_auth import METRICS_AUTH_CHOICES
 
@@ -215,10 +215,9 @@ def _deploy_settings(args: argparse.Namespace, parser: argparse.ArgumentParser):
     from ..backends import available_backends
     from .actors import DeploySettings
 
-    reserved = sorted({key for key, _ in args.node_label} & RESERVED_LABELS)
-    if reserved:
-        parser.error(f"--node-label: {', '.join(reserved)} is already used by the agent's own "
-                     "labels")
+    labels_wrong = node_label_problem(args.node_label)
+    if labels_wrong:
+        parser.error(labels_wrong)
     if args.backends:
         unknown = sorted(set(args.backends) - set(available_backends()))
         if unknown:
