@@ -79,7 +79,7 @@ def load_web_config(path: str | Path) -> WebConfig:
     except OSError as error:
         raise WebConfigError(f"{path}: cannot read it: {error.strerror or error}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise WebConfigError(f"{path}: not valid YAML: {error}") from None
+        raise WebConfigError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     if document is None:
         document = {}
     if not isinstance(document, dict):

@@ -119,6 +119,7 @@ def test_bad_web_config_is_refused_at_start(tmp_path):
         done = _run_agent("--web-config-file", str(path))
         assert done.returncode == 2, done.stderr
         assert message in done.stderr and str(path) in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line
     done = _run_agent("--metrics-auth", "token")
     assert done.returncode == 2 and "no token to require" in done.stderr
 
