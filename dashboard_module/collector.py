@@ -92,6 +92,8 @@ BUILD_SWITCH_INTERVAL_S = 0.0005
 # head's when it came, the network's delay and the head's own lag included) moves the
 # agent's sample times onto the head's clock; nearer, they are taken as they are.
 CLOCK_TOLERANCE_S = 1.0
+# An offset beyond this (a year) is taken as a broken header, not a clock that is off.
+MOST_CLOCK_OFFSET_S = 366 * 86400.0
 # The least pause between two rounds.
 MIN_PAUSE_S = 0.2
 # While a round's fetches run, the parts of the nodes that answered are made this often.
@@ -566,14 +568,19 @@ def _summary_url(node: NodeState) -> str:
 def _on_head_clock(taken_at: float, reply: Reply, received_at: float) -> float:
     """`taken_at` (the agent's clock) on the head's clock: moved by how far the agent's
     clock was off when it answered (`NOW_HEADER` against `received_at`), where that is
-    beyond CLOCK_TOLERANCE_S. An answer without the agent's time is taken as it is."""
+    beyond CLOCK_TOLERANCE_S (and within MOST_CLOCK_OFFSET_S: a time further off is no
+    clock's). An answer without the agent's time is taken as it is, but never after
+    `received_at`. `NotASnapshot` for a sample time after the agent's own answer time."""
     try:
         agent_now = float(reply.header(NOW_HEADER))
     except ValueError:
-        return taken_at
+        return min(taken_at, received_at)
+    if taken_at > agent_now + CLOCK_TOLERANCE_S:
+        raise NotASnapshot(f"the summary's {TAKEN_AT_HEADER} is after its {NOW_HEADER}")
     offset = received_at - agent_now
-    return taken_at + offset if math.isfinite(offset) and abs(offset) > CLOCK_TOLERANCE_S \
-        else taken_at
+    if math.isfinite(offset) and CLOCK_TOLERANCE_S < abs(offset) <= MOST_CLOCK_OFFSET_S:
+        taken_at += offset
+    return min(taken_at, received_at)
 
 
 def _taken_at(reply: Reply) -> float:

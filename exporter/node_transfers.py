@@ -24,6 +24,7 @@ summary's back: both give the same form, so the two agree.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -44,6 +45,14 @@ def is_empty(compact: Mapping[str, Any]) -> bool:
     return not any(compact[key] for key in EMPTY)
 
 
+def _seconds(item: Any) -> float:
+    """A time or an age as a float; ValueError unless it is a finite number."""
+    seconds = float(item)
+    if not math.isfinite(seconds):
+        raise ValueError(f"a transfer's time is {item!r}")
+    return seconds
+
+
 def _end(doc: Mapping[str, Any]) -> dict[str, Any]:
     found: dict[str, Any] = {key: str(doc.get(key) or "") for key in END_FIELDS}
     found["devices"] = [str(uuid) for uuid in doc.get("devices") or () if uuid]
@@ -51,21 +60,21 @@ def _end(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _transfer(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {"job_id": str(doc.get("job_id") or ""), "since": float(doc["since"]),
+    return {"job_id": str(doc.get("job_id") or ""), "since": _seconds(doc["since"]),
             "stalled": bool(doc.get("stalled")), "slow": bool(doc.get("slow")),
             "consumer_task_id": str(doc.get("consumer_task_id") or ""),
             "source": _end(doc["source"]), "destination": _end(doc["destination"])}
 
 
 def _abort(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {"job_id": str(doc.get("job_id") or ""), "age_s": float(doc["age_s"]),
-            "at": float(doc["at"]), "source": _end(doc["source"]),
+    return {"job_id": str(doc.get("job_id") or ""), "age_s": _seconds(doc["age_s"]),
+            "at": _seconds(doc["at"]), "source": _end(doc["source"]),
             "destination": _end(doc["destination"])}
 
 
 def _job(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {"in_flight": int(doc["in_flight"]), "stalled": int(doc["stalled"]),
-            "since": float(doc["since"])}
+            "since": _seconds(doc["since"])}
 
 
 def _aborts(section: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from .attribution.join import WHOLE
 from .field_record import FieldRecord
 from .node_transfers import from_snapshot, from_summary
 from .shared_values import share, share_fact
+from .summary_shape import check_device
 
 # Throttle reasons that mean trouble (slowdowns), as opposed to idle or app clocks.
 HARMFUL_THROTTLE_REASONS = frozenset({
@@ -249,6 +250,7 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
     try:
         devices = []
         for device in doc["devices"]:
+            check_device(device)
             found = SummaryDevice({k: _shared(k, v) for k, v in device.items()
                                    if k not in _LIST_FIELDS})
             # an empty list is not stored: the field reads as the shared default []
@@ -265,7 +267,7 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
         return {
             "node_id": str(doc.get("node_id") or ""),
             "taken_at": 0.0,
-            "interval_s": float(doc.get("interval_s") or 0.0),
+            "interval_s": _interval(doc.get("interval_s")),
             "cycle": 0,
             "labels": {}, "agent": {}, "backends": [],
             "placement": {str(k): str(v) for k, v in (doc.get("placement") or {}).items()},
@@ -276,6 +278,15 @@ def reduce_summary(doc: Any) -> dict[str, Any]:
         }
     except (AttributeError, TypeError, ValueError) as error:
         raise NotASnapshot(f"malformed summary: {error}") from error
+
+
+def _interval(item: Any) -> float:
+    """A summary's sampling interval (0.0 where it gives none); ValueError if not a
+    finite number."""
+    interval = _number(item or 0.0)
+    if interval is None:
+        raise ValueError(f"interval_s holds {item!r:.40}")
+    return interval
 
 
 # The empty defaults of every summary device's absent fields: one shared set of empty

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 
 import pytest
 from agent_process import AgentProcess, write_scenario
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from doctored_nodes import TOKEN, doctored, set_value
 from transfer_docs import abort, head_snapshot, transfer_tasks
 
@@ -208,6 +209,41 @@ def test_a_malformed_summary_is_refused():
                 {"kind": "ray-accel.node-summary", "devices": [5]}):
         with pytest.raises(NotASnapshot):
             reduce_summary(bad)
+
+
+# A device field of another kind than the summary's writer sends, or a number that is not
+# finite: each makes the summary malformed, naming the field.
+WRONG_FIELDS = [
+    ("utilization", "high"), ("utilization", [1]), ("utilization", math.nan),
+    ("utilization", math.inf), ("memory_used_bytes", "x"), ("power_watts", {"a": 1}),
+    ("temperature_celsius", True), ("up", "no"), ("stale", 1), ("model", None),
+    ("vendor", ["nvidia"]), ("pcie", "x16"), ("pcie", {"width": "16"}), ("fabric", [1]),
+    ("throttle_reasons", "hw_slowdown"), ("xid_errors", [79]), ("xid_errors", {"79": "many"}),
+    ("ecc_uncorrected", "1"), ("activity", "busy"), ("activity", {"sm": -math.inf}),
+    ("holders", {"pid": 1}), ("holders", ["worker"]), ("holders", [{"ray_job_id": 1}]),
+    ("holders", [{"fraction": math.nan}]), ("processes", [{"pid": "1"}]),
+    ("links", [{"link_type": 5}]), ("errors", {"gpu_is_lost": 1}),
+]
+
+
+@pytest.mark.parametrize(("field", "wrong"), WRONG_FIELDS)
+def test_a_summary_device_field_of_another_kind_makes_the_summary_malformed(
+        template, field, wrong):
+    body, _ = Fleet(template).summary(1)
+    doc = json.loads(body)
+    assert reduce_summary(doc)["devices"]  # as the agent sent it
+    doc["devices"][0][field] = wrong
+    with pytest.raises(NotASnapshot, match=f"device field {field} holds"):
+        reduce_summary(doc)
+
+
+def test_a_summary_whose_interval_or_transfer_time_is_not_a_number_is_malformed(template):
+    body, _ = Fleet(template).summary(1)
+    for change in ({"interval_s": math.inf}, {"interval_s": "1"},
+                   {"transfers": {"by_job": {"01000000": {"in_flight": 1, "stalled": 0,
+                                                          "since": math.nan}}}}):
+        with pytest.raises(NotASnapshot):
+            reduce_summary({**json.loads(body), **change})
 
 
 async def _collector(targets, **options) -> Collector:
@@ -456,3 +492,50 @@ def test_history_keeps_values_and_forgets_keys_no_round_wrote():
     assert history.timestamps() == [2.0, 3.0, 4.0]
     assert history.series("a") == [0.5, 1.0, 2.0]
     assert history.series("b") == []  # not written for a whole window: forgotten
+
+
+@FAKE_AGENTS
+def test_an_agent_with_a_malformed_summary_costs_only_its_own_node(template, serve):
+    fleet = Fleet(template)
+    broken: dict[int, tuple[str, object]] = {}
+
+    def summary(number: int) -> tuple[bytes, str]:
+        body, etag = fleet.summary(number)
+        if number not in broken:
+            return body, etag
+        field, wrong = broken[number]
+        doc = json.loads(body)
+        doc["devices"][0][field] = wrong
+        return json.dumps(doc).encode(), etag + "-broken"  # NaN as JSON's NaN, as Python's
+
+    async def scenario() -> None:
+        async with serve(lambda n: fleet.text(n).encode(), summary) as fakes:
+            collector = await _collector([fakes.target(n) for n in range(3)])
+            api = AcceleratorsApi(collector, "standalone")
+            try:
+                await collector.refresh()
+                kept = collector.nodes[node_id(1)].data
+                for field, wrong in (("utilization", "high"), ("utilization", math.inf),
+                                     ("holders", {"pid": 1})):
+                    broken[1] = (field, wrong)
+                    rounds = collector.rounds
+                    await collector.refresh()
+                    view = collector.view
+                    assert collector.rounds == rounds + 1  # the round was built and published
+                    assert view.statuses[node_id(1)] == "unreachable"
+                    assert f"device field {field} holds" in collector.nodes[node_id(1)].error
+                    assert collector.nodes[node_id(1)].data is kept
+                    assert view.statuses[node_id(0)] == view.statuses[node_id(2)] == "ok"
+                    answer = api.summary(make_mocked_request("GET", "/accelerators/api/summary"))
+                    json.loads(answer.body, parse_constant=_no_constant)  # valid JSON
+                broken.clear()
+                await collector.refresh()
+                assert collector.view.statuses[node_id(1)] == "ok"
+            finally:
+                await collector.stop()
+
+    asyncio.run(scenario())
+
+
+def _no_constant(name: str) -> None:
+    raise AssertionError(f"the dashboard answered JSON with {name}")

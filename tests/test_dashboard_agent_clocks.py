@@ -67,3 +67,35 @@ def test_sample_ages_are_told_on_the_heads_clock():
                 await collector.stop()
 
     asyncio.run(scenario())
+
+
+FUTURE, BROKEN_CLOCK, FUTURE_WITHOUT_ITS_TIME = range(3)
+
+
+def test_a_sample_time_after_its_answer_is_refused_and_a_broken_clock_ignored():
+    """A sample time after the agent's own answer time is a broken agent's (its node is
+    unreachable, with why); without the agent's time, it counts as taken when the answer
+    came, never later; an agent time years off is a broken header, not a clock to correct
+    by."""
+    def clock(number: int) -> tuple[float, float | None]:
+        now = time.time()
+        return {FUTURE: (now + 1e6, now), BROKEN_CLOCK: (now, now + 1e300),
+                FUTURE_WITHOUT_ITS_TIME: (now + 1e6, None)}[number]
+
+    async def scenario() -> None:
+        async with Agents(summary) as agents:
+            agents.clock = clock
+            collector = _collector(agents.targets(3))
+            try:
+                await collector.refresh()
+                statuses = collector.view.statuses
+                assert statuses[node_id(FUTURE)] == "unreachable"
+                assert "is after its" in collector.nodes[node_id(FUTURE)].error
+                for number in (BROKEN_CLOCK, FUTURE_WITHOUT_ITS_TIME):
+                    assert statuses[node_id(number)] == "ok"
+                    age = time.time() - collector.nodes[node_id(number)].data["taken_at"]
+                    assert 0.0 <= age < STALE_AFTER_S, (number, age)
+            finally:
+                await collector.stop()
+
+    asyncio.run(scenario())
