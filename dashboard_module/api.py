@@ -13,6 +13,7 @@ import json
 import mimetypes
 import re
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,8 @@ MAX_LIMIT = 100_000
 # Ray ids are fixed-size binary ids printed as hex (Ray 2.x): NodeID 28 bytes,
 # ActorID 16, TaskID 24, JobID 4.
 ID_LENGTHS = {"node": 56, "actor": 32, "task": 48, "job": 8}
-_HEX = re.compile(r"^[0-9a-f]+$")
-_UUID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_HEX = re.compile(r"[0-9a-f]+")
+_UUID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 class ApiError(Exception):
@@ -71,7 +72,7 @@ def error_response(status: int, message: str) -> web.Response:
 
 def _check_id(kind: str, text: str) -> str:
     length = ID_LENGTHS[kind]
-    if len(text) != length or not _HEX.match(text):
+    if len(text) != length or not _HEX.fullmatch(text):
         raise ApiError(400, f"malformed {kind} id {text[:80]!r}: expected {length} lowercase "
                             "hex digits")
     return text
@@ -96,10 +97,9 @@ def _int_param(params: dict[str, str], name: str, default: int, low: int, high: 
     text = params.get(name)
     if text is None:
         return default
-    try:
-        number = int(text)
-    except ValueError:
-        raise ApiError(400, f"{name} must be an integer, got {text[:40]!r}") from None
+    if not (text.isascii() and text.removeprefix("-").isdigit()):  # int() takes more
+        raise ApiError(400, f"{name} must be an integer, got {text[:40]!r}")
+    number = int(text)
     if not low <= number <= high:
         raise ApiError(400, f"{name} must be between {low} and {high}, got {number}")
     return number
@@ -135,7 +135,9 @@ class AcceleratorsApi:
         self.static_dir = static_dir
         self.started_error = ""  # set when the host could not start the collector
         self._cached: dict[str, bytes] = {}
-        self._cached_for: int = -1
+        # The view the answers above were made of (a weak reference: a new view could take
+        # a freed one's id(), and holding it would keep a round's view alive for nothing).
+        self._cached_for: weakref.ref[ClusterView] | None = None
         self._record_fetches = RecordFetches()
         self._routes: list[tuple[re.Pattern[str], Callable[..., Any]]] = [
             (re.compile(r"^config$"), self.config),
@@ -172,18 +174,19 @@ class AcceleratorsApi:
         if self.started_error and path != "config":
             raise ApiError(503, f"the Accelerators module did not start: {self.started_error}")
         for pattern, handler in self._routes:
-            match = pattern.match(path)
+            match = pattern.fullmatch(path)
             if match:
                 return handler(request, *match.groups())
         raise ApiError(404, f"no such endpoint: {PREFIX}/{API}{path[:100]}; see docs/api.md")
 
     def _memo(self, key: str, make: Callable[[], Any]) -> web.Response:
         view = self.collector.view
-        if self._cached_for != id(view):
-            self._cached, self._cached_for = {}, id(view)
+        if self._cached_for is None or self._cached_for() is not view:
+            self._cached, self._cached_for = {}, weakref.ref(view)
         body = self._cached.get(key)
         if body is None:
-            body = self._cached[key] = json.dumps(make(), separators=(",", ":")).encode()
+            body = json.dumps(make(), separators=(",", ":"), allow_nan=False).encode()
+            self._cached[key] = body
         return web.Response(body=body, content_type="application/json",
                             headers={"Cache-Control": "no-store"})
 
@@ -410,8 +413,12 @@ class AcceleratorsApi:
             return web.Response(body=index.read_bytes(), content_type="text/html",
                                 headers={"Cache-Control": "no-store"})
         root = self.static_dir.resolve()
-        path = (root / tail).resolve()
-        if root not in path.parents or not path.is_file():
+        try:
+            path = (root / tail).resolve()
+            found = root in path.parents and path.is_file()
+        except (ValueError, OSError):  # a NUL byte, a name too long for the system
+            found = False
+        if not found:
             raise ApiError(404, f"no such file: {PREFIX}/{tail[:100]}")
         content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return web.Response(body=path.read_bytes(), content_type=content_type,
@@ -433,7 +440,7 @@ async def _write_heatmap(request: web.Request, view: ClusterView) -> web.StreamR
 
 
 def _check_uuid(text: str) -> str:
-    if not _UUID.match(text):
+    if not _UUID.fullmatch(text):
         raise ApiError(400, f"malformed device uuid {text[:80]!r}: expected up to 128 letters, "
                             "digits and -_.:")
     return text

@@ -36,7 +36,7 @@ class RecordRefused(Exception):
 def record_query(last: str | None, identities: str | None) -> dict[str, str]:
     """The agent's query for the head's parameters; RecordRefused on a bad one."""
     try:
-        seconds = parse_duration(last or DEFAULT_LAST)
+        seconds = parse_duration(DEFAULT_LAST if last is None else last)
     except ValueError as error:
         raise RecordRefused(f"last: {error}") from None
     query = {"last": f"{seconds:g}s"}

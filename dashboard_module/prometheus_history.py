@@ -88,8 +88,13 @@ class PrometheusSettings:
 
 def check_url(url: str) -> str:
     """`url` without a trailing slash; PrometheusConfigError unless it is http(s)://host..."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port  # raises ValueError where it is not a port number
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
+            or parts.query or parts.fragment or port == 0:
         raise PrometheusConfigError(
             f"a Prometheus URL looks like http://host:9090, got {url[:200]!r}")
     return url.strip().rstrip("/")
@@ -293,7 +298,7 @@ class PrometheusHistory:
                 else:
                     body[name] = (on_grid(matrix[0], start, step, count) if matrix
                                   else [None] * count)
-        except (AttributeError, KeyError, TypeError, ValueError) as error:
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as error:
             raise PrometheusError(f"Prometheus at {self.settings.url} answered a malformed "
                                   f"matrix ({type(error).__name__}: {error})") from None
         return body
@@ -331,11 +336,16 @@ class PrometheusHistory:
             detail = doc.get("error", "") if isinstance(doc, dict) else ""
             raise PrometheusError(f"Prometheus at {self.settings.url} refused a query (HTTP "
                                   f"{reply.status}): {str(detail)[:300]}")
-        data = doc.get("data") or {}
-        if data.get("resultType") != result_type:
+        data = doc.get("data")
+        kind = data.get("resultType") if isinstance(data, dict) else None
+        if kind != result_type:
             raise PrometheusError(f"Prometheus at {self.settings.url} answered a "
-                                  f"{data.get('resultType')!r}, not a {result_type}")
-        return data.get("result") or []
+                                  f"{str(kind)[:40]!r}, not a {result_type}")
+        result = data.get("result") or []
+        if not isinstance(result, list):
+            raise PrometheusError(f"Prometheus at {self.settings.url} answered a {result_type} "
+                                  "that is not a list")
+        return result
 
 
 def on_grid(entry: Mapping[str, Any], start: int, step: int,
@@ -343,9 +353,10 @@ def on_grid(entry: Mapping[str, Any], start: int, step: int,
     """One matrix entry's values on the grid; NaN and infinities are not values."""
     values: list[float | None] = [None] * count
     for at, text in entry.get("values", ()):
-        slot = round((float(at) - start) / step)
+        offset = (float(at) - start) / step
         value = float(text)
-        if 0 <= slot < count and math.isfinite(value):
+        if math.isfinite(offset) and 0 <= (slot := round(offset)) < count \
+                and math.isfinite(value):
             values[slot] = value
     return values
 

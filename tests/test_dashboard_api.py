@@ -157,8 +157,15 @@ def test_api_over_real_and_fake_agents(agent, template):
                     (f"tasks/{'e' * 48}", {}, 404, "unknown task"),
                     ("findings", {"severity": "bad"}, 400, "severity must be one of"),
                     ("findings", {"limit": "x"}, 400, "limit must be an integer"),
+                    ("findings", {"limit": " 1"}, 400, "limit must be an integer"),
+                    ("findings", {"offset": "1_0"}, 400, "offset must be an integer"),
+                    ("findings", {"limit": "\u0663"}, 400, "limit must be an integer"),
                     ("summary", {"bogus": "1"}, 400, "unknown query parameter"),
                     ("nope", {}, 404, "no such endpoint"),
+                    # a final newline is no part of an id (a `$` would let it through)
+                    ("findings", {"node_id": node_id(0)[:-1] + "\n"}, 400, "malformed node id"),
+                    ("history", {"job_id": "0100000\n"}, 400, "malformed job id"),
+                    ("history", {"uuid": "GPU-x\n"}, 400, "malformed device uuid"),
                 ]:
                     reply = await get(path, params=params)
                     body = await reply.json()
@@ -166,6 +173,9 @@ def test_api_over_real_and_fake_agents(agent, template):
                     assert words in body["error"], body
                 reply = await client.post("/accelerators/api/summary", headers=auth)
                 assert reply.status == 405
+                for odd in ("%00", "index.html%00.js"):  # a NUL byte names no file
+                    reply = await client.get(f"/accelerators/{odd}", headers=auth)
+                    assert reply.status == 404 and (await reply.json())["status"] == 404
 
                 # the token
                 assert (await client.get("/accelerators/api/summary")).status == 401

@@ -343,6 +343,12 @@ MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": []}}
      "answered a 'vector', not a matrix"),
     (200, {"status": "success", "data": {"resultType": "matrix", "result": [
         {"metric": {}, "values": [[1, "not a number"]]}]}}, "answered a malformed matrix"),
+    (200, {"status": "success", "data": [1, 2]}, "answered a 'None', not a matrix"),
+    (200, {"status": "success", "data": {"resultType": "matrix", "result": "abc"}},
+     "answered a matrix that is not a list"),
+    (200, {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {}, "values": [["Inf", "1"], [1e300, "2"]]}]}},  # points off any grid
+     "holds none of these series over the range"),
 ])
 def test_prometheus_errors_and_headers_reach_the_answer(status, answer, words):
     seen: list[dict[str, str]] = []
@@ -415,6 +421,9 @@ def test_unusable_settings_and_bad_requests_change_nothing():
     assert history is None and "RAY_PROMETHEUS_HEADERS must be" in error
     assert configured({}) == (None, "")
     assert configured({"RAY_PROMETHEUS_HOST": "p:9090"})[0] is None
+    for unusable in ("http://[::1", "http://p:9090/#frag", "http://p:99999"):
+        history, error = configured({"RAY_PROMETHEUS_HOST": unusable})
+        assert history is None and "a Prometheus URL looks like http://host:9090" in error
     slow, _ = configured({"RAY_PROMETHEUS_HOST": "http://p:9090/",
                           "RAY_ACCEL_PROMETHEUS_TIMEOUT_S": "20",
                           "RAY_ACCEL_PROMETHEUS_CLUSTER": "c1"}, session_name=THIS)

@@ -101,6 +101,8 @@ def test_head_route_refuses_bad_input_naming_it(agent) -> None:
     for path, code, message in (
             (f"nodes/{NODE}/record?last=ten", 400, "last:"),
             (f"nodes/{NODE}/record?last=2h", 400, "outside"),
+            (f"nodes/{NODE}/record?last=0.0001s", 400, "outside 1 s"),
+            (f"nodes/{NODE}/record?last=", 400, "not a duration"),
             (f"nodes/{NODE}/record?identities=some", 400, "identities"),
             (f"nodes/{NODE}/record?since=1", 400, "unknown query parameter"),
             (f"nodes/{'0' * 56}/record", 404, "unknown node"),

@@ -34,7 +34,7 @@ def parse_duration(text: str) -> float:
     if not found:
         raise ValueError(f"{text!r} is not a duration (e.g. 90s, 10m, 1h)")
     seconds = float(found.group(1)) * _UNIT_S[found.group(2)]
-    if not 0 < seconds <= MAX_LAST_S:
+    if not 1 <= seconds <= MAX_LAST_S:
         raise ValueError(f"{text!r} is outside 1 s - {MAX_LAST_S:g} s")
     return seconds
 
