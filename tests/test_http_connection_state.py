@@ -58,7 +58,7 @@ async def _until(condition, timeout_s: float = 10.0) -> None:
 
 def _connections_alive() -> int:
     gc.collect()
-    return sum(isinstance(o, Connection) for o in gc.get_objects())
+    return sum(type(o) is Connection for o in gc.get_objects())
 
 
 def test_closed_connections_leave_no_table_entry_timer_task_or_reference():
@@ -101,7 +101,7 @@ def test_closed_connections_leave_no_table_entry_timer_task_or_reference():
 
 def _connections_kept() -> int:
     """Connections still in memory, without collecting: freed ones are gone already."""
-    return sum(isinstance(o, Connection) for o in gc.get_objects())
+    return sum(type(o) is Connection for o in gc.get_objects())
 
 
 def test_a_connection_whose_client_left_with_its_answers_unread_is_freed_when_it_closes():
