@@ -9,6 +9,7 @@ is fetched in the refresh rounds.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from urllib.parse import urlencode
 
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from ..exporter.aiohttp_serving import json_error
 from ..exporter.record.command import parse_duration
+from .json_decode import decode
 from .node_state import NodeState
 
 DEFAULT_LAST = "10m"
@@ -75,6 +77,9 @@ async def node_recording(session: aiohttp.ClientSession, node: NodeState,
         return json_error(502, f"the agent at {node.url} did not answer: "
                                f"{type(failure).__name__}: {failure}")
     if status == 200 and kind == "application/json":
+        if not await asyncio.to_thread(_is_scenario, body):
+            return json_error(502, f"the agent at {node.url} answered a recording that is "
+                                   "not a scenario document (not a JSON object with devices)")
         return web.Response(body=bytes(body), content_type="application/json", headers={
             "Cache-Control": "no-store",
             "Content-Disposition": f'attachment; filename="{attachment_name(node.node_id)}"'})
@@ -84,6 +89,16 @@ async def node_recording(session: aiohttp.ClientSession, node: NodeState,
                             headers=headers)
     return json_error(502, f"the agent at {node.url} answered HTTP {status} for its recording "
                            "(an agent without /api/v1/record, or a token it refuses)")
+
+
+def _is_scenario(body: bytes | bytearray) -> bool:
+    """Whether `body` is a JSON object with a device list, as every scenario document is
+    (docs/simulation.md): what the head hands on as a recording."""
+    try:
+        document = decode(bytes(body))
+    except ValueError:
+        return False
+    return isinstance(document, dict) and isinstance(document.get("devices"), list)
 
 
 class RecordFetches:

@@ -144,6 +144,31 @@ def test_an_agent_busy_building_recordings_is_passed_on_with_its_retry_after() -
     assert "ask again later" in json.loads(answer.body)["error"]
 
 
+def test_a_recording_that_is_not_a_scenario_document_is_not_handed_on() -> None:
+    from aiohttp import ClientSession, web
+
+    from ray_accel.dashboard_module.node_record import node_recording
+    from ray_accel.dashboard_module.node_state import NodeState
+
+    answers = [b"{{{garbage", b"[1, 2]", b'{"devices": 5}', b'{"name": "x", "devices": []}']
+
+    async def agent(request: web.Request) -> web.Response:
+        return web.Response(body=answers.pop(0), content_type="application/json")
+
+    async def scenario() -> list[web.Response]:
+        app = web.Application()
+        app.router.add_get("/api/v1/record", agent)
+        async with TestServer(app) as server, ClientSession() as session:
+            node = NodeState(NODE, str(server.make_url("/")))
+            return [await node_recording(session, node, {"last": "60s"}) for _ in range(4)]
+
+    *refused, handed_on = asyncio.run(scenario())
+    for answer in refused:
+        assert answer.status == 502
+        assert "not a scenario document" in json.loads(answer.body)["error"]
+    assert handed_on.status == 200 and json.loads(handed_on.body)["name"] == "x"
+
+
 def test_an_agent_that_did_not_answer_the_last_round_is_not_asked(agent) -> None:
     """As for the node page: a download from a node whose agent went silent answers at once
     with why, instead of waiting out the minute a recording may take; once the agent
@@ -194,7 +219,7 @@ def test_the_head_fetches_a_bounded_number_of_recordings_at_once() -> None:
             nonlocal asked
             asked += 1
             await release.wait()
-            return web.json_response({"keyframes": {}})
+            return web.json_response({"name": "recorded", "devices": []})
 
         app = web.Application()
         app.router.add_get("/api/v1/record", slow_recording)
