@@ -200,6 +200,8 @@ def reduce_snapshot(doc: Any) -> dict[str, Any]:
     """The compact node document kept by the aggregator; `NotASnapshot` if `doc` is not one."""
     if not isinstance(doc, dict) or not isinstance(doc.get("devices"), list):
         raise NotASnapshot("the agent's answer has no device list")
+    if not all(isinstance(d, dict) and isinstance(d.get("uuid"), str) for d in doc["devices"]):
+        raise NotASnapshot("a device of the agent's answer has no uuid")
     try:
         node_labels = doc.get("node") or {}
         attribution = doc.get("attribution") or {}

@@ -204,6 +204,12 @@ def test_summary_and_snapshot_of_one_cycle_agree(template):
     assert_agree(_view_parts(one), _view_parts(other))
 
 
+def test_a_snapshot_whose_device_has_no_uuid_is_refused():
+    for devices in ([{"uuid": 1}], [{"uuid": None}], [{}], [5]):
+        with pytest.raises(NotASnapshot):
+            reduce_snapshot({"devices": devices})
+
+
 def test_a_malformed_summary_is_refused():
     for bad in ([], {"kind": "ray-accel.node-summary"}, {"devices": []},
                 {"kind": "ray-accel.node-summary", "devices": [5]}):
