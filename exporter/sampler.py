@@ -27,6 +27,8 @@ from .store import SnapshotStore
 log = logging.getLogger(__name__)
 
 AGENT = "agent"
+# How long stopping waits for the vendor libraries to close (nvmlShutdown and the like).
+CLOSE_WITHIN_S = 2.0
 
 
 class Sampler:
@@ -85,11 +87,8 @@ class Sampler:
             self._thread.join(timeout=self.interval_s + 5)
         for runner in self._runners:
             runner.shutdown()
-            if runner.up:
-                try:
-                    runner.backend.close()
-                except Exception:  # closing must not stop the others from closing
-                    log.exception("closing backend %s failed", runner.backend.name)
+        close_backends([runner.backend for runner in self._runners if runner.up],
+                       CLOSE_WITHIN_S)
 
     def run_cycle(self) -> NodeSnapshot:
         """Run one sampling cycle now, publish its snapshot and return it."""
@@ -170,3 +169,25 @@ class Sampler:
             if next_at < now:  # overran: skip the ticks we missed
                 next_at = now + self.interval_s - (now - next_at) % self.interval_s
             self._stop.wait(next_at - now)
+
+
+def close_backends(backends: Sequence[Backend], within_s: float) -> None:
+    """Closes each backend on a thread of its own, waiting at most `within_s` for them all:
+    a vendor library that hangs in its shutdown must not keep the agent from exiting (what
+    it holds goes with the process)."""
+    def close(backend: Backend) -> None:
+        try:
+            backend.close()
+        except Exception:  # closing must not stop the others from closing
+            log.exception("closing backend %s failed", backend.name)
+
+    closing = [threading.Thread(target=close, args=(backend,), daemon=True,
+                                name=f"ray-accel-close-{backend.name}") for backend in backends]
+    for thread in closing:
+        thread.start()
+    deadline = time.monotonic() + within_s
+    for thread, backend in zip(closing, backends, strict=True):
+        thread.join(max(deadline - time.monotonic(), 0.0))
+        if thread.is_alive():
+            log.warning("backend %s did not close within %g s; stopping without it",
+                        backend.name, within_s)

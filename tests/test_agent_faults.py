@@ -65,6 +65,39 @@ def test_an_event_wait_that_hangs_holds_up_one_read_only(tmp_path):
         assert agent.json("/healthz")["status"] == "degraded"
 
 
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+
+def test_a_process_list_that_always_asks_for_more_room_keeps_memory_bounded(tmp_path):
+    """The driver answers INSUFFICIENT_SIZE for a GPU's process list every time (and with
+    the count it was given): the buffer grows to a bound, not by half each call; the list
+    is missing from that GPU, everything else reports."""
+    doc = scenario(devices=2, freeze_at_s=None)
+    doc["errors"] = [{"function": "nvmlDeviceGetComputeRunningProcesses", "device": 1,
+                      "code": "INSUFFICIENT_SIZE", "from_s": 1.0}]
+    with AgentProcess("--simulate", write_scenario(tmp_path, doc), "--interval", "0.2") as agent:
+        first = agent.wait_for(lambda d: len(d["devices"]) == 2 and any(
+            "nvmlDeviceGetComputeRunningProcesses" in error for error in d["devices"][1].get(
+                "errors", {})), timeout=30)
+        rss = _rss_mib(agent.proc.pid)
+        later = agent.wait_for(lambda d: d["cycle"] >= first["cycle"] + 40, timeout=60)
+        assert _rss_mib(agent.proc.pid) < rss + 20  # doubling each call: gigabytes by now
+        assert all(d["up"] for d in later["devices"])
+
+
+def test_the_agent_exits_promptly_though_nvml_hangs_in_its_shutdown(tmp_path):
+    doc = scenario(devices=2, freeze_at_s=None)
+    doc["delays"] = [{"function": "nvmlShutdown", "seconds": 600}]
+    with AgentProcess("--simulate", write_scenario(tmp_path, doc), "--interval", "0.5") as agent:
+        agent.wait_for(lambda d: len(d["devices"]) == 2 and all(x["up"] for x in d["devices"]))
+        agent.proc.send_signal(signal.SIGTERM)
+        agent.proc.wait(timeout=15)  # TimeoutExpired before: it waited in nvmlShutdown
+        output = agent.proc.stdout.read()
+    assert "did not close within 2 s" in output
+
+
 def test_hung_call_keeps_threads_bounded(tmp_path):
     doc = scenario(devices=3, freeze_at_s=None)
     doc["delays"] = [{"function": "nvmlDeviceGetTemperature", "device": 1, "seconds": 600,

@@ -25,6 +25,9 @@ import pynvml
 
 INITIAL_SAMPLES = 32
 INITIAL_PROCESSES = 16
+# The most entries a list is given room for: a driver that keeps asking for more (or a
+# count it answers wrongly) must not grow a buffer without end. NVML lists are far shorter.
+MOST_ENTRIES = 4096
 
 
 class ProcessUtilization(NamedTuple):
@@ -72,8 +75,8 @@ class SampleBuffer:
         self.array = (self.entry * self.size)()
 
     def raw(self, count: int, layout: struct.Struct) -> bytes:
-        """The first `count` entries' bytes (the array's buffer, copied in one piece)."""
-        return bytes(self.array)[:layout.size * count]
+        """The first `count` entries' bytes (copied in one piece)."""
+        return ctypes.string_at(self.array, layout.size * min(count, self.size))
 
 
 def process_buffer() -> SampleBuffer:
@@ -89,9 +92,13 @@ def _filled(buffer: SampleBuffer, call: Callable[[Any, ctypes.c_uint], int],
     count = ctypes.c_uint(buffer.size)
     status = call(buffer.array, count)
     if status == pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-        buffer.resize(count.value * 2)
-        count = ctypes.c_uint(buffer.size)
-        status = call(buffer.array, count)
+        # Room for what the driver says it needs and a few more by the next call, within
+        # MOST_ENTRIES; a count no larger than the buffer is no reason to grow it.
+        wanted = min(count.value * 2, MOST_ENTRIES)
+        if wanted > buffer.size:
+            buffer.resize(wanted)
+            count = ctypes.c_uint(buffer.size)
+            status = call(buffer.array, count)
     if status == none_on:
         return 0
     pynvml._nvmlCheckReturn(status)
