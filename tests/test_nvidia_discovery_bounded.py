@@ -199,3 +199,24 @@ def test_a_gpu_that_answers_late_joins_with_its_topology(tmp_path):
         assert late["facts"]["driver_version"] == "570.124.06" and late["pci_bus_id"]
         health_doc = agent.json("/healthz")
         assert health_doc["status"] == "ok" and health_doc["not_answering"] == []
+
+
+@pytest.mark.parametrize("code", ["TIMEOUT", "INSUFFICIENT_SIZE"])
+def test_a_gpu_whose_uuid_fails_at_discovery_is_down_then_joins_under_its_uuid(tmp_path, code):
+    """A stand-in name is kept only for a GPU not identified yet: one whose UUID call fails
+    at discovery is listed down with why and identified again, not named `nvidia-index-N`
+    for good while looking healthy."""
+    doc = scenario(devices=3, freeze_at_s=None)
+    doc["errors"] = [{"function": "nvmlDeviceGetUUID", "device": 1, "code": code,
+                      "until_s": 10}]  # the agent is serving well before
+    with AgentProcess("--simulate", write_scenario(tmp_path, doc), "--interval", "0.5",
+                      "--retry", "1") as agent:
+        first = agent.wait_for(lambda d: len(d["devices"]) == 3)
+        failed = first["devices"][1]
+        assert failed["uuid"] == "nvidia-index-1" and not failed["up"]
+        assert failed["errors"]["discovery"].startswith("nvmlDeviceGetUUID")
+        assert agent.json("/healthz")["status"] == "degraded"
+        joined = agent.wait_for(lambda d: [x["up"] for x in d["devices"]] == [True] * 3,
+                                timeout=30)
+        assert joined["devices"][1]["uuid"] == "GPU-00000000-0000-0000-0000-000000000001"
+        assert agent.json("/healthz")["status"] == "ok"

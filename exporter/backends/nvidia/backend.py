@@ -220,6 +220,12 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         """Read a device's identity; a MIG instance inherits its parent's PCI and architecture."""
         name = calls.call(pynvml.nvmlDeviceGetName, handle)
         uuid = calls.call(pynvml.nvmlDeviceGetUUID, handle)
+        failed = calls.cycle_errors.get("nvmlDeviceGetUUID")
+        if uuid is None and failed is not None and "nvmlDeviceGetUUID" not in calls.unsupported:
+            # Not this cycle: a device named by a stand-in would keep that name for good.
+            # It is listed down with why and identified again (a GPU without a UUID at all,
+            # NOT_SUPPORTED, keeps its stand-in).
+            raise DeviceDown("nvmlDeviceGetUUID", failed)
         facts = {"driver_version": self._facts.get("driver_version", "")}
         serial = calls.call(pynvml.nvmlDeviceGetSerial, handle)
         if serial is not None:
