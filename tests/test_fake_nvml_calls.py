@@ -920,6 +920,12 @@ def test_invalid_json_file(tmp_path: pathlib.Path) -> None:
     path.write_text('{"devices": [}')
     with pytest.raises(ScenarioError, match=r"broken\.json: invalid JSON"):
         load_scenario(path)
+    path.write_bytes(b'{"name": "\xff\xfe"}')
+    with pytest.raises(ScenarioError, match=r"broken\.json: not UTF-8 text"):
+        load_scenario(path)
+    path.write_text("[" * 100_000)
+    with pytest.raises(ScenarioError, match=r"broken\.json: invalid JSON: nested too deeply"):
+        load_scenario(path)
 
 
 def test_invalid_update_changes_nothing(nvml: Callable[..., SimulatedHardware]) -> None:

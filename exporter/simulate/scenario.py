@@ -73,6 +73,10 @@ def _read_json(path: pathlib.Path) -> Any:
             return json.load(f)
     except json.JSONDecodeError as err:
         raise ScenarioError(f"{path}: invalid JSON: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ScenarioError(f"{path}: not UTF-8 text: {err}") from err
+    except RecursionError:
+        raise ScenarioError(f"{path}: invalid JSON: nested too deeply") from None
     except OSError as err:
         raise ScenarioError(f"{path}: cannot read: {err}") from err
 
