@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -153,3 +155,43 @@ def test_record_endpoint_behind_the_token_and_saved_by_the_cli(tmp_path) -> None
                                str(refused)], capture_output=True, text=True, timeout=120,
                               env=without)
         assert done.returncode == 1 and "401" in done.stderr and not refused.exists()
+        assert "credentials required" in done.stderr  # the agent's own reason
+
+
+NOT_AN_AGENT = {  # what a server answers for /api/v1/record, and what the command says of it
+    b"<html>a login page</html>": "not JSON (is it an agent?)",
+    b"[1, 2, 3]": "not a scenario document",
+    b'{"name": "x"}': "not a scenario document",
+    b"[" * 100_000: "not JSON",
+    b'{"name": "x", "devices": []}': "the recording has no device",
+}
+
+
+def test_recording_from_something_that_is_not_an_agent_says_so_and_writes_nothing(tmp_path):
+    answers = list(NOT_AN_AGENT)
+
+    class NotAnAgent(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = answers.pop(0)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotAnAgent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for message in NOT_AN_AGENT.values():
+            out = tmp_path / "out.json"
+            done = subprocess.run([*CLI, "record", "--from-agent",
+                                   f"http://127.0.0.1:{server.server_port}", "--out", str(out)],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 1, done.stderr
+            assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+            assert not out.exists() and list(tmp_path.iterdir()) == []
+    finally:
+        server.shutdown()

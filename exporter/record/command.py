@@ -8,6 +8,7 @@ backend found a device.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import pathlib
@@ -23,7 +24,8 @@ from .history import History, Recording
 DEFAULT_DURATION_S = 60.0
 DEFAULT_INTERVAL_S = 1.0
 MAX_LAST_S = 3600.0
-FETCH_TIMEOUT_S = 30.0
+FETCH_TIMEOUT_S = 30.0  # for each read of the answer
+FETCH_TOTAL_S = 300.0  # for the whole answer (about 1.3 MB for 10 minutes of 8 GPUs)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600}
 
@@ -85,16 +87,46 @@ def record_node(duration_s: float, interval_s: float, simulate: str | None = Non
     return history.recording()
 
 
+class FetchFailed(Exception):
+    """The agent's recording could not be had; the message says why."""
+
+
 def fetch_from_agent(url: str, last_s: float, keep_identities: bool) -> dict[str, Any]:
-    """The scenario an agent builds from its history of the last `last_s` seconds."""
+    """The scenario an agent builds from its history of the last `last_s` seconds;
+    FetchFailed, with the agent's own reason where it gave one, if there is none."""
     from ..agent_client import open_agent
 
     query = {"last": f"{last_s:g}s"}
     if keep_identities:
         query["identities"] = "keep"
-    with open_agent(f"{url.rstrip('/')}/api/v1/record?{urlencode(query)}",
-                    FETCH_TIMEOUT_S) as answer:
-        return json.load(answer)
+    deadline = time.monotonic() + FETCH_TOTAL_S
+    try:
+        with open_agent(f"{url.rstrip('/')}/api/v1/record?{urlencode(query)}",
+                        FETCH_TIMEOUT_S) as answer:
+            body = bytearray()
+            while chunk := answer.read(2**16):
+                body += chunk
+                if time.monotonic() > deadline:
+                    raise FetchFailed(f"the answer took longer than {FETCH_TOTAL_S:g} s")
+    except urllib.error.HTTPError as error:
+        raise FetchFailed(f"HTTP {error.code}: {_reason(error.read())}") from None
+    except (OSError, urllib.error.URLError, http.client.HTTPException) as error:
+        raise FetchFailed(f"{type(error).__name__}: {error}") from None
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        raise FetchFailed("it answered something that is not JSON (is it an agent?)") from None
+    if not isinstance(document, dict) or not isinstance(document.get("devices"), list):
+        raise FetchFailed("it answered JSON that is not a scenario document (no device list)")
+    return document
+
+
+def _reason(body: bytes) -> str:
+    """An agent's JSON error's message, or the start of whatever else it answered."""
+    try:
+        return str(json.loads(body)["error"])[:300]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return body[:100].decode("utf-8", "replace") or "no reason given"
 
 
 def write_new(path: pathlib.Path, document: dict[str, Any]) -> None:
@@ -143,15 +175,22 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             if skipped := skipped_families(recording):
                 print(f"ray-accel record: not recorded: {describe_skipped(skipped)} "
                       f"({NOT_RECORDED})", file=sys.stderr)
+    except FetchFailed as error:
+        print(f"ray-accel record: {args.from_agent}: {error}; nothing written", file=sys.stderr)
+        return 1
     except ValueError as error:  # a bad --last, or ScenarioError
         parser.error(str(error))
     except NothingRecorded as error:
         print(f"ray-accel record: {error}; nothing written", file=sys.stderr)
         return 1
-    except (OSError, urllib.error.URLError) as error:
-        print(f"ray-accel record: {args.from_agent}: {error}; nothing written", file=sys.stderr)
+    if not document["devices"]:
+        print("ray-accel record: the recording has no device; nothing written", file=sys.stderr)
         return 1
-    write_new(out, document)
+    try:
+        write_new(out, document)
+    except OSError as error:
+        print(f"ray-accel record: cannot write {out}: {error}", file=sys.stderr)
+        return 1
     print(f"recorded {len(document['devices'])} device(s) to {out}; replay: "
           f"ray-accel agent --simulate {out}")
     return 0
