@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import entry_points
 
 from . import topo_command
@@ -28,6 +28,10 @@ MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 3600.0
 # Subcommands the dashboard module, the boards and the demo add (setup: pyproject.toml).
 COMMAND_PLUGINS = "ray_accel.commands"
+
+
+# A subcommand's function: its arguments and parser in, its exit status out.
+Command = Callable[[argparse.Namespace, argparse.ArgumentParser], int]
 
 
 def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
@@ -105,7 +109,7 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     record = commands.add_parser(
         "record", help="record this node's devices (or an agent's history) as a scenario")
     record_command.add_arguments(record)
-    record.set_defaults(run=record_command.run)
+    record.set_defaults(run=interruptible(record_command.run))
     register(commands)  # deploy, undeploy, status, sd-file
     register_transfers(commands)  # transfers
     if plugins:
@@ -180,6 +184,20 @@ def _run_agent(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def interruptible(run: Command) -> Command:
+    """`run` where Ctrl-C or SIGTERM ends the command with a line and status 130 (its
+    `finally` clauses and context managers cleaning up), not a traceback."""
+    def interrupted_quietly(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        try:
+            with terminate_as_interrupt():
+                return run(args, parser)
+        except KeyboardInterrupt:
+            print(f"{parser.prog}: interrupted", file=sys.stderr)
+            return 130
+
+    return interrupted_quietly
 
 
 @contextlib.contextmanager

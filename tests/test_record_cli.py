@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -114,10 +117,32 @@ def test_existing_file_is_not_overwritten(recorded: pathlib.Path) -> None:
 
 def test_bad_arguments_are_refused(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "out.json"
-    for args, message in ((("--duration", "0"), "must be positive"),
+    for args, message in ((("--duration", "0"), "--duration must be between 0.01 and 86400"),
+                          (("--duration", "inf"), "--duration must be between"),
+                          (("--interval", "nan"), "--interval must be between"),
                           (("--from-agent", "http://127.0.0.1:1", "--last", "ten"),
                            "is not a duration"),
                           (("--simulate", "no-such-scenario"), "no-such-scenario")):
         done = _run("record", *args, "--out", str(out))
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
         assert not out.exists()
+
+
+def test_a_stopped_recording_says_so_cleans_up_and_writes_nothing(tmp_path: pathlib.Path) -> None:
+    """SIGTERM (and Ctrl-C) end `record` with one line and status 130; the simulated
+    hardware's folder is removed and no file is written."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    out = tmp_path / "out.json"
+    running = subprocess.Popen(
+        [sys.executable, "-m", "ray_accel.exporter.cli", "record", "--simulate", "l4-pcie",
+         "--duration", "60", "--out", str(out)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(temporary)})
+    while not list(temporary.iterdir()):  # the simulated hardware is up
+        time.sleep(0.1)
+    time.sleep(1.0)
+    running.send_signal(signal.SIGTERM)
+    _, errors = running.communicate(timeout=60)
+    assert running.returncode == 130
+    assert "interrupted" in errors and "Traceback" not in errors, errors
+    assert not out.exists() and list(temporary.iterdir()) == []

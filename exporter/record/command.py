@@ -19,6 +19,7 @@ import urllib.error
 from typing import Any
 from urllib.parse import urlencode
 
+from ..cli_args import bounded_number
 from .history import History, Recording
 
 DEFAULT_DURATION_S = 60.0
@@ -42,9 +43,11 @@ def parse_duration(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S,
+    parser.add_argument("--duration", type=bounded_number(float, 0.01, 86400, "--duration"),
+                        default=DEFAULT_DURATION_S,
                         help="seconds to record (default %(default)g)")
-    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S,
+    parser.add_argument("--interval", type=bounded_number(float, 0.01, 3600, "--interval"),
+                        default=DEFAULT_INTERVAL_S,
                         help="seconds between samples (default %(default)g)")
     parser.add_argument("--out", type=pathlib.Path, default=None,
                         help="scenario file to write (default recorded-<UTC time>.json); "
@@ -152,8 +155,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         skipped_families,
     )
 
-    if args.duration <= 0 or args.interval <= 0:
-        parser.error("--duration and --interval must be positive")
     if args.from_agent and args.simulate:
         parser.error("--from-agent saves an agent's history; --simulate records here: not both")
     out = args.out or pathlib.Path(time.strftime("recorded-%Y%m%dT%H%M%SZ.json", time.gmtime()))
