@@ -98,6 +98,29 @@ def test_the_agent_exits_promptly_though_nvml_hangs_in_its_shutdown(tmp_path):
     assert "did not close within 2 s" in output
 
 
+@pytest.mark.parametrize("code", ["RESET_REQUIRED", "GPU_NOT_FOUND", "TIMEOUT"])
+def test_a_gpu_that_answers_no_call_is_down_not_up_without_values(tmp_path, code):
+    """Every call of GPU 1 fails with a code that alone means only "not this value": the
+    GPU answered nothing, so it is down (its counters kept, /healthz degraded naming it),
+    not up with its gauges missing; it is up again once it answers."""
+    doc = scenario(devices=3, freeze_at_s=None)
+    doc["errors"] = [{"function": "*", "device": 1, "code": code, "from_s": 1.0,
+                      "until_s": 8.0}]
+    with AgentProcess("--simulate", write_scenario(tmp_path, doc), "--interval", "0.3") as agent:
+        down = agent.wait_for(lambda d: len(d["devices"]) == 3 and not d["devices"][1]["up"],
+                              timeout=30)
+        assert down["devices"][1]["errors"] == {"every call": code.lower()}
+        assert [x["up"] for x in down["devices"]] == [True, False, True]
+        health = agent.json("/healthz")
+        assert health["status"] == "degraded"
+        assert [(p["index"], p["state"]) for p in health["not_answering"]] == [("1", "down")]
+        _, _, body = agent.get("/metrics")
+        energy = {s.labels["index"] for s in _series(body, "hw_energy_joules_total")}
+        assert "1" in energy  # a counter stays, at its last value
+        assert "1" not in {s.labels["index"] for s in _series(body, "hw_power_watts")}
+        agent.wait_for(lambda d: all(x["up"] for x in d["devices"]), timeout=30)
+
+
 def test_hung_call_keeps_threads_bounded(tmp_path):
     doc = scenario(devices=3, freeze_at_s=None)
     doc["delays"] = [{"function": "nvmlDeviceGetTemperature", "device": 1, "seconds": 600,

@@ -107,10 +107,12 @@ class CallErrors:
         self._tally = tally
         self._unsupported: dict[str, str] = {}
         self.cycle_errors: dict[str, str] = {}
+        self.cycle_answers = 0  # calls the vendor answered this cycle (not reused answers)
 
     def begin_cycle(self) -> None:
         """Start a new sampling cycle with no errors recorded."""
         self.cycle_errors = {}
+        self.cycle_answers = 0
 
     @property
     def unsupported(self) -> dict[str, str]:
@@ -203,6 +205,7 @@ class VendorCalls(CallErrors):
             answer = self._answer_to(error, name, function, empty_on, empty)
             if answer is None:
                 return None
+        self.cycle_answers += 1
         if cost is not None:
             spent = perf_counter() - wall_before
             if spent <= self._fast_within:

@@ -175,6 +175,8 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             if age is not None:
                 readings.append(age)
         procs = processes(calls, handle, state)
+        if not calls.cycle_answers:
+            _answered_nothing(calls)
         if self._xid is not None:
             self._xid.poll()
         readings.extend(self._xid_readings(tracked.device.uuid))
@@ -265,3 +267,14 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             if mig_handle is not None:
                 found.append(mig_handle)
         return found
+
+
+def _answered_nothing(calls: DeviceCalls) -> None:
+    """Raises DeviceDown where every call the device was asked this cycle failed (a GPU
+    that needs a reset, or has gone, answers no call with any code): what was read before
+    must not stand as this cycle's sample of a device that is up. A device that merely
+    lacks every feature asked (NOT_SUPPORTED, never asked again) is not down."""
+    unsupported = calls.unsupported
+    failed = [kind for name, kind in calls.cycle_errors.items() if name not in unsupported]
+    if failed:
+        raise DeviceDown("every call", failed[0])
