@@ -184,9 +184,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except NothingRecorded as error:
         print(f"ray-accel record: {error}; nothing written", file=sys.stderr)
         return 1
-    if not document["devices"]:
-        print("ray-accel record: the recording has no device; nothing written", file=sys.stderr)
-        return 1
     try:
         write_new(out, document)
     except OSError as error:

@@ -233,7 +233,9 @@ class History:
                 self._keep_link_facts(sample)
             self._backends = snapshot.backends
             self._interval_s = snapshot.interval_s
-            while self._frames and self._bytes > self.max_bytes:
+            # The newest frame stays, even alone beyond the cap: what the node did last is
+            # never dropped for a recording to say it found no device.
+            while len(self._frames) > 1 and self._bytes > self.max_bytes:
                 self._drop_first(1)
             self._drop_aged(snapshot.taken_at - self.max_age_s)
 
