@@ -8,7 +8,6 @@ backend found a device.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import pathlib
@@ -97,6 +96,8 @@ class FetchFailed(Exception):
 def fetch_from_agent(url: str, last_s: float, keep_identities: bool) -> dict[str, Any]:
     """The scenario an agent builds from its history of the last `last_s` seconds;
     FetchFailed, with the agent's own reason where it gave one, if there is none."""
+    import http.client  # only this command's fetch needs it (the agent never loads it)
+
     from ..agent_client import open_agent
 
     query = {"last": f"{last_s:g}s"}
