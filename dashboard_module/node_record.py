@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from ..exporter.aiohttp_serving import json_error
-from ..exporter.record.command import parse_duration
+from ..exporter.record.command import is_scenario_document, parse_duration
 from .json_decode import decode
 from .node_state import NodeState
 
@@ -92,13 +92,11 @@ async def node_recording(session: aiohttp.ClientSession, node: NodeState,
 
 
 def _is_scenario(body: bytes | bytearray) -> bool:
-    """Whether `body` is a JSON object with a device list, as every scenario document is
-    (docs/simulation.md): what the head hands on as a recording."""
+    """Whether `body` is a scenario document: what the head hands on as a recording."""
     try:
-        document = decode(bytes(body))
-    except ValueError:
+        return is_scenario_document(decode(bytes(body)))
+    except (ValueError, RecursionError):
         return False
-    return isinstance(document, dict) and isinstance(document.get("devices"), list)
 
 
 class RecordFetches:

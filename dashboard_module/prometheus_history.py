@@ -90,11 +90,11 @@ def check_url(url: str) -> str:
     """`url` without a trailing slash; PrometheusConfigError unless it is http(s)://host..."""
     try:
         parts = urlsplit(url.strip())
-        port = parts.port  # raises ValueError where it is not a port number
-    except ValueError:
-        parts, port = None, None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
-            or parts.query or parts.fragment or port == 0:
+        usable = (parts.scheme in ("http", "https") and bool(parts.hostname)
+                  and not parts.query and not parts.fragment and parts.port != 0)
+    except ValueError:  # a host or port that cannot be parsed (`.port` raises too)
+        usable = False
+    if not usable:
         raise PrometheusConfigError(
             f"a Prometheus URL looks like http://host:9090, got {url[:200]!r}")
     return url.strip().rstrip("/")

@@ -88,7 +88,7 @@ class _GuardedHandler(RequestHandler):
         self._notice = manager.notice
         self._header_timer: asyncio.TimerHandle | None = None
         self._silent_timer: asyncio.TimerHandle | None = None
-        self._send_watch = SendWatch(self._limits)
+        self._send_watch = SendWatch(self._limits, self._notice)
         self.completed_a_request = False
         self.peer = "?"
 
@@ -131,7 +131,7 @@ class _GuardedHandler(RequestHandler):
     def pause_writing(self) -> None:
         super().pause_writing()
         if self.transport is not None:
-            self._send_watch.paused(self.transport, self._send_stalled)
+            self._send_watch.paused(self.transport, self.peer, self.evict)
 
     def resume_writing(self) -> None:
         self._send_watch.resumed()
@@ -149,10 +149,6 @@ class _GuardedHandler(RequestHandler):
         if transport is not None:
             transport.abort()
 
-    def _send_stalled(self) -> None:
-        self._notice(f"closed a connection from {self.peer}: its client took none of its "
-                     f"answer for {self._limits.send_timeout_s:g} s")
-        self.evict()
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:

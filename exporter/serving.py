@@ -84,28 +84,33 @@ class RateLimitedNotice:
 class SendWatch:
     """Whether a connection's client takes its answers: started when the transport pauses
     writing (its buffer is full), stopped when it resumes. A client that takes none of the
-    waiting bytes for `send_timeout_s` has `stalled` called (to close the connection)."""
+    waiting bytes for `send_timeout_s` has its connection closed (noted once, rate-limited)."""
 
-    def __init__(self, limits: ServingLimits) -> None:
+    def __init__(self, limits: ServingLimits, notice: RateLimitedNotice) -> None:
         self._timeout_s = limits.send_timeout_s
+        self._notice = notice
         # Held only while an answer waits, so that the watch and its connection do not
         # refer to each other once the connection is gone.
         self._transport: asyncio.WriteTransport | None = None
-        self._stalled: Callable[[], None] | None = None
+        self._peer = ""
+        self._close: Callable[[], None] | None = None
         self._waiting_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         #: When (loop time) the client stopped taking its answer; None while it takes it.
         self.waiting_since: float | None = None
 
-    def paused(self, transport: asyncio.WriteTransport, stalled: Callable[[], None]) -> None:
-        """The transport paused writing: the client's answer waits."""
+    def paused(self, transport: asyncio.WriteTransport, peer: str,
+               close: Callable[[], None]) -> None:
+        """The transport paused writing: the answer to `peer` waits; `close` drops the
+        connection should it wait too long."""
         loop = asyncio.get_running_loop()
-        self._transport, self._stalled, self.waiting_since = transport, stalled, loop.time()
+        self._transport, self._peer, self._close = transport, peer, close
+        self.waiting_since = loop.time()
         self._arm(loop)
 
     def resumed(self) -> None:
         """The transport resumed writing, or the connection is gone."""
-        self._transport = self._stalled = self.waiting_since = None
+        self._transport = self._close = self.waiting_since = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -117,13 +122,15 @@ class SendWatch:
 
     def _check(self) -> None:
         self._timer = None
-        transport, stalled = self._transport, self._stalled
-        if transport is None or stalled is None or transport.is_closing():
+        transport, close = self._transport, self._close
+        if transport is None or close is None or transport.is_closing():
             return
         if transport.get_write_buffer_size() < self._waiting_bytes:  # slow, but taking it
             self._arm(asyncio.get_running_loop())
             return
-        stalled()
+        self._notice(f"closed a connection from {self._peer}: its client took none of its "
+                     f"answer for {self._timeout_s:g} s")
+        close()
 
 
 class Counted(Protocol):

@@ -53,7 +53,7 @@ class Connection(asyncio.Protocol):
         self._request_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._writable: asyncio.Future | None = None
-        self._send_watch = SendWatch(self._limits)
+        self._send_watch = SendWatch(self._limits, self._notice)
         self._paused = False
         self._closed = False
         self._half_closed = False
@@ -106,7 +106,7 @@ class Connection(asyncio.Protocol):
         if self._writable is None or self._writable.done():
             self._writable = asyncio.get_running_loop().create_future()
         if self._transport is not None:
-            self._send_watch.paused(self._transport, self._send_stalled)
+            self._send_watch.paused(self._transport, self.peer, self.evict)
 
     def resume_writing(self) -> None:
         self._send_watch.resumed()
@@ -255,10 +255,6 @@ class Connection(asyncio.Protocol):
         self._cancel_request_timer()
         self._cancel_idle_timer()
 
-    def _send_stalled(self) -> None:
-        self._notice(f"closed a connection from {self.peer}: its client took none of its "
-                     f"answer for {self._limits.send_timeout_s:g} s")
-        self.evict()
 
     def close(self) -> None:
         """Stops counting this connection and closes it once what was written is sent."""

@@ -120,9 +120,15 @@ def fetch_from_agent(url: str, last_s: float, keep_identities: bool) -> dict[str
         document = json.loads(body)
     except (ValueError, RecursionError):
         raise FetchFailed("it answered something that is not JSON (is it an agent?)") from None
-    if not isinstance(document, dict) or not isinstance(document.get("devices"), list):
+    if not is_scenario_document(document):
         raise FetchFailed("it answered JSON that is not a scenario document (no device list)")
     return document
+
+
+def is_scenario_document(document: Any) -> bool:
+    """Whether `document` has the form of every scenario document (docs/simulation.md): an
+    object with a device list (other vendors' devices are in sections of their own)."""
+    return isinstance(document, dict) and isinstance(document.get("devices"), list)
 
 
 def _reason(body: bytes) -> str:
