@@ -19,6 +19,7 @@ from .metric_spec import CLOCK_CEILING_HZ as CLOCK_CEILING_HZ
 from .metric_spec import DEVICE_LABELS as DEVICE_LABELS
 from .metric_spec import (
     FLAG,
+    POSITIVE,
     POWER_CEILING_W,
     POWER_LIMIT_FACTOR,
     Cadence,
@@ -201,7 +202,7 @@ CATALOG: tuple[MetricSpec, ...] = (
            "dashboard counts the reserved memory as used: an empty H200 reads 604 MiB in Ray "
            "and 0 B here; Ray's figure is this value plus the reserved one.",
            valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
-    _gauge(MEMORY_LIMIT, "By", "Total device memory."),
+    _gauge(MEMORY_LIMIT, "By", "Total device memory.", valid=POSITIVE),
     _gauge(XCP_GFX_UTILIZATION, "1",
            "Share of time the given XCC (the compute complex of one accelerator die) of the "
            "given XCP (compute partition) kept its graphics/compute engine busy, as the AMD SMU "
@@ -222,7 +223,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gauge(POWER, "W", "Power drawn by the device.",
            valid=ValidRange(0, POWER_CEILING_W, bound_by=POWER_LIMIT, factor=POWER_LIMIT_FACTOR)),
     _gauge(POWER_LIMIT, "W", "Power limit the driver enforces on the device.",
-           cadence=Cadence.SLOW),
+           cadence=Cadence.SLOW, valid=ValidRange(0, POWER_CEILING_W, above_low=True)),
     _counter(ENERGY, "J", "Energy consumed by the device since the driver was loaded.",
              cadence=Cadence.RARE),
     _gauge(TEMPERATURE, "Cel", "Temperature of the given sensor.", "sensor"),

@@ -9,6 +9,7 @@ carries), the OTel-to-Prometheus name translation, valid ranges and the
 from __future__ import annotations
 
 import enum
+import math
 import re
 from dataclasses import dataclass
 
@@ -124,23 +125,35 @@ CLOCK_CEILING_HZ = 50e9  # above any core or memory clock (GDDR7 reports ~15 GHz
 class ValidRange:
     """The values a metric's reading can truly take.
 
-    `low`/`high` bound the value (None: unbounded on that side); `bound_by`
-    names a device metric of the same sample that caps it (`value <= factor *
-    that reading`, e.g. memory used <= memory total). Every value must be finite
-    and a counter must never decrease (see exporter/validation.py).
+    `low`/`high` bound the value (None: unbounded on that side); with `above_low`
+    the value must be greater than `low` (a memory total or power limit of 0 is no
+    limit a device has). `bound_by` names a device metric of the same sample that
+    caps it (`value <= factor * that reading`, e.g. memory used <= memory total).
+    Every value must be finite and a counter must never decrease (see
+    exporter/validation.py).
     """
 
     low: float | None = 0.0
     high: float | None = None
     bound_by: str | None = None
     factor: float = 1.0
+    above_low: bool = False
+
+    @property
+    def least(self) -> float | None:
+        """The least value in the range (the float just above `low` where `above_low`)."""
+        if self.low is None or not self.above_low:
+            return self.low
+        return math.nextafter(self.low, math.inf)
 
     def describe(self) -> str:
         """The range as docs and logs state it, e.g. `0 to 1` or `>= 0, <= 2 x hw.power.limit`."""
-        if self.low is not None and self.high is not None:
+        if self.low is not None and self.high is not None and not self.above_low:
             parts = [f"{self.low:g} to {self.high:g}"]
         elif self.low is not None:
-            parts = [f">= {self.low:g}"]
+            parts = [f"{'>' if self.above_low else '>='} {self.low:g}"]
+            if self.high is not None:
+                parts.append(f"<= {self.high:g}")
         elif self.high is not None:
             parts = [f"<= {self.high:g}"]
         else:
@@ -152,6 +165,7 @@ class ValidRange:
 
 
 FLAG = ValidRange(0, 1)
+POSITIVE = ValidRange(0, above_low=True)
 
 
 def default_valid_range(unit: str, kind: Kind) -> ValidRange:

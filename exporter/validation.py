@@ -20,8 +20,9 @@ The ranges come from the catalog (`MetricSpec.valid_range`). On top of them:
 - a value outside its metric's range is `out_of_range`;
 - a value above the reading of the same device sample that bounds it (memory
   used above memory total, power above twice the power limit) is `over_limit`;
-  a bounding reading that is itself invalid, absent or not positive bounds
-  nothing, and the metric's own range still applies;
+  a bounding reading that is itself invalid (a memory total or power limit
+  must be above 0) or absent bounds nothing, and the metric's own range still
+  applies;
 - a counter must not decrease (`counter_decreased`): the lower reading is
   dropped and the last exported value stands. A device sample that comes back
   down (lost, reset, the driver reloading) is the reset signal: after it a
@@ -83,7 +84,8 @@ class _Rule:
 
 
 _RULES = {s.name: _Rule(s.scope.value, frozenset(s.labels),
-                        -sys.float_info.max if s.valid_range.low is None else s.valid_range.low,
+                        -sys.float_info.max if s.valid_range.low is None
+                        else s.valid_range.least,
                         sys.float_info.max if s.valid_range.high is None
                         else s.valid_range.high,
                         s.valid_range.bound_by, s.valid_range.factor,
@@ -116,7 +118,8 @@ def range_violation(reading: Reading, limits: Mapping[str, float]) -> Violation 
     valid = _RANGES.get(reading.metric)
     if valid is None:
         return None
-    if (valid.low is not None and value < valid.low) or (
+    least = valid.least
+    if (least is not None and value < least) or (
             valid.high is not None and value > valid.high):
         return Violation(reading.metric, OUT_OF_RANGE,
                          f"{value:g} is outside its valid range ({valid.describe()})")
@@ -152,7 +155,7 @@ def _limits(readings: Iterable[Reading]) -> dict[str, float]:
     limits: dict[str, float] = {}
     for reading in readings:
         if (reading.metric in _BOUNDING and reading.metric not in limits
-                and range_violation(reading, {}) is None and reading.value > 0):
+                and range_violation(reading, {}) is None):
             limits[reading.metric] = reading.value
     return limits
 

@@ -125,16 +125,33 @@ def test_an_invalid_limit_bounds_nothing_and_is_dropped_itself(checked):
 
 
 def test_the_first_valid_positive_limit_bounds_the_sample_every_cycle(checked):
-    """A limit read as zero or as no number bounds nothing; the next one of its metric does,
-    in the first cycle and in those after it, where the metrics and labels are known."""
+    """A limit read as zero or as no number bounds nothing and is dropped; the next one of
+    its metric bounds the sample, in the first cycle and in those after it, where the metrics
+    and labels are known."""
     validator, tally = checked
     for cycle in range(3):
         out = validator.check(_sample(Reading(m.POWER_LIMIT, 0.0), Reading(m.POWER, 1300.0),
                                       Reading(m.POWER_LIMIT, math.nan),
                                       Reading(m.POWER_LIMIT, 700.0), Reading(m.POWER, 1500.0)))
         assert [r.value for r in out.readings if r.metric == m.POWER] == [1300.0], cycle
+        assert [r.value for r in out.readings if r.metric == m.POWER_LIMIT] == [700.0], cycle
         assert tally.snapshot() == {(OVER_LIMIT, m.POWER): cycle + 1,
+                                    (OUT_OF_RANGE, m.POWER_LIMIT): cycle + 1,
                                     (NOT_FINITE, m.POWER_LIMIT): cycle + 1}, cycle
+
+
+@pytest.mark.parametrize("limit, usage", [(m.MEMORY_LIMIT, m.MEMORY_USAGE),
+                                          (m.POWER_LIMIT, m.POWER)])
+def test_a_limit_of_zero_is_not_exported_beside_a_use_above_it(checked, limit, usage):
+    """No device has 0 bytes of memory or a 0 W limit (a driver's stand-in for 'not
+    reported', or a recording edited by hand): the zero is refused with why, every cycle,
+    and the use is still checked against its own range."""
+    validator, tally = checked
+    for cycle in range(1, 3):
+        out = validator.check(_sample(Reading(limit, 0.0), Reading(usage, 500.0)))
+        assert _values(out) == {usage: 500.0}, cycle
+        assert tally.snapshot() == {(OUT_OF_RANGE, limit): cycle}
+        assert "valid range (> 0" in out.errors[limit], out.errors
 
 
 def test_the_log_says_it_once_per_device_and_metric(checked, caplog):
