@@ -17,6 +17,7 @@ from ray_accel.exporter.record.history import Recording
 from ray_accel.exporter.record.scenario_file import (
     NothingRecorded,
     build_scenario,
+    device_count,
     skipped_families,
 )
 from ray_accel.exporter.simulate import load_scenario
@@ -34,6 +35,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     done = _run("record", "--simulate", "l4-pcie", "--duration", "3", "--out", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ray-accel agent --simulate" in done.stdout
+    assert "recorded 4 device(s)" in done.stdout
     return out
 
 
@@ -106,6 +108,19 @@ def test_amd_node_is_recorded_with_its_partitions(tmp_path: pathlib.Path) -> Non
     recorded = {d["uuid"] for d in devices} | {p["uuid"] for p in devices[4]["partitions"]}
     known = {d["uuid"] for d in original} | {p["uuid"] for p in original[4]["partitions"]}
     assert len(recorded) == 15 and not recorded & known
+
+
+@pytest.mark.parametrize("scenario, section, devices", [("tpu-v5e-8", "tpu", 8),
+                                                      ("trn1-32xl", "neuron", 16)])
+def test_a_family_recorded_in_its_section_is_counted(tmp_path: pathlib.Path, scenario: str,
+                                                     section: str, devices: int) -> None:
+    out = tmp_path / f"{scenario}.json"
+    done = _run("record", "--simulate", scenario, "--duration", "2", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["devices"] == [] and section in document
+    assert f"recorded {devices} device(s) to {out}" in done.stdout
+    assert device_count(document) == devices
 
 
 def test_existing_file_is_not_overwritten(recorded: pathlib.Path) -> None:

@@ -159,6 +159,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         NothingRecorded,
         build_scenario,
         describe_skipped,
+        device_count,
         skipped_families,
     )
 
@@ -196,6 +197,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except OSError as error:
         print(f"ray-accel record: cannot write {out}: {error}", file=sys.stderr)
         return 1
-    print(f"recorded {len(document['devices'])} device(s) to {out}; replay: "
+    print(f"recorded {device_count(document)} device(s) to {out}; replay: "
           f"ray-accel agent --simulate {out}")
     return 0

@@ -193,4 +193,5 @@ def no_versions(facts: Mapping[str, str]) -> dict[str, Any]:
 RECORDER = VendorRecorder(
     vendor="aws", device=no_entry, child=no_child_entry, peers=no_peer_keys,
     top_level=no_versions, call_prefix="", absent_kinds=frozenset(), hung_calls=(),
-    section=SECTION, devices_key=None, host_keys=host_keys, records_errors=False)
+    section=SECTION, devices_key=None, count_key="neuron_device_count", host_keys=host_keys,
+    records_errors=False)

@@ -69,6 +69,21 @@ def describe_skipped(skipped: Mapping[str, int]) -> str:
                      for family, count in skipped.items())
 
 
+def device_count(document: Mapping[str, Any]) -> int:
+    """The physical devices a scenario document holds: its `devices` and those of each
+    family's section (Gaudi cards, TPU chips, Neuron devices)."""
+    count = len(document.get("devices") or ())
+    for recorder in RECORDERS:
+        section = document.get(recorder.section) if recorder.section else None
+        if not isinstance(section, Mapping):
+            continue
+        if recorder.devices_key is not None:
+            count += len(section.get(recorder.devices_key) or ())
+        elif recorder.count_key is not None:
+            count += int(section.get(recorder.count_key) or 0)
+    return count
+
+
 def recording_start(recording: Recording) -> float:
     """Wall-clock time of the recording's t = 0: its first device sample."""
     first = recording.frames[0]

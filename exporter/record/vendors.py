@@ -43,6 +43,7 @@ class VendorRecorder:
     # its versions top-level keys
     section: str | None = None
     devices_key: str | None = "devices"  # None: the section lists no devices one by one
+    count_key: str | None = None  # where it lists none one by one: the key counting them
     # a section's keys about the whole host, from its devices, their series, the backend's
     # facts, each device's children with theirs and the recording's interval (TPU: the
     # slice, the latencies, its failures; Neuron: the node, its runtimes, its faults)
