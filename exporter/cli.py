@@ -16,7 +16,7 @@ from .agent import Agent, serve_forever
 from .attribution.guard import DEFAULT_TASK_ID_CAP
 from .backends import available_backends
 from .catalog import SLOW_READ_INTERVAL_S
-from .cli_args import bounded_number, label_pair, node_label_problem
+from .cli_args import bounded_number, label_pair, node_label_problem, scenario_name
 from .config import DEFAULT_HOST, DEFAULT_INTERVAL_S, DEFAULT_PORT, AgentConfig
 from .exposure import ExposureError, add_exposure_arguments, exposure_settings
 from .heap import tune_malloc
@@ -58,7 +58,7 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
                        help="how often values marked slow cadence in docs/metrics.md (energy, "
                             "error counters, link states) are read, each device at its own "
                             f"point of it (default {SLOW_READ_INTERVAL_S:g} s; 0: every cycle)")
-    agent.add_argument("--simulate", metavar="SCENARIO",
+    agent.add_argument("--simulate", metavar="SCENARIO", type=scenario_name,
                        help="run on simulated hardware: a shipped scenario name or a JSON file")
     agent.add_argument("--retry", type=bounded_number(float, 0.1, 3600, "--retry"),
                        default=30.0, metavar="SECONDS",

@@ -1,4 +1,4 @@
-"""Argument types the `ray-accel` subcommands share: bounded numbers and node labels."""
+"""Argument types the `ray-accel` subcommands share: bounded numbers, node labels, scenarios."""
 
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ def bounded_number(
         return value
 
     return parse
+
+
+def scenario_name(text: str) -> str:
+    """An argparse type for `--simulate`: a scenario's name or file, never empty (an empty
+    one would read this machine's real hardware instead)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a shipped scenario's name or a JSON file, "
+                                         "got an empty one")
+    return text
 
 
 def label_pair(text: str) -> tuple[str, str]:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .backends import BackendUnavailable, load_backends
+from .cli_args import scenario_name
 from .model import Device
 from .topology import render
 
@@ -115,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="group the nodes of this Ray cluster (GCS address, or 'auto')")
     parser.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                         help="vendor backend to read locally (repeatable; default: all)")
-    parser.add_argument("--simulate", metavar="SCENARIO",
+    parser.add_argument("--simulate", metavar="SCENARIO", type=scenario_name,
                         help="read simulated hardware instead of this machine's: a shipped "
                              "scenario name or a JSON file, as for `agent --simulate`")
 

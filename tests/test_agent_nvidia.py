@@ -121,6 +121,8 @@ def test_driver_missing_at_start_then_appearing(tmp_path):
         (["--interval", "soon"], "--interval must be a number"),
         (["--port", "70000"], "--port must be between"),
         (["--simulate", "no-such-scenario"], "--simulate"),
+        (["--simulate", ""], "--simulate: expected a shipped scenario's name or a JSON file"),
+        (["--simulate", " "], "got an empty one"),
         (["--node-label", "uuid=x"], "already used"),
         (["--node-label", "no-equals"], "NAME=VALUE"),
         (["--node-label", "caf\u00e9=1"], "NAME=VALUE with NAME a label name"),

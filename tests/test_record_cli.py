@@ -137,7 +137,8 @@ def test_bad_arguments_are_refused(tmp_path: pathlib.Path) -> None:
                           (("--interval", "nan"), "--interval must be between"),
                           (("--from-agent", "http://127.0.0.1:1", "--last", "ten"),
                            "is not a duration"),
-                          (("--simulate", "no-such-scenario"), "no-such-scenario")):
+                          (("--simulate", "no-such-scenario"), "no-such-scenario"),
+                          (("--simulate", ""), "--simulate: expected a shipped scenario")):
         done = _run("record", *args, "--out", str(out))
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
         assert not out.exists()

@@ -26,6 +26,16 @@ def test_local_matrix_on_simulated_hardware(tmp_path):
     assert rows[1][:5] == ["GPU0", "X", "PIX", "NODE", "NODE"]
 
 
+def test_an_empty_scenario_is_refused_not_read_as_this_machine(tmp_path):
+    """`--simulate ""` had read the machine's real hardware, as if no scenario was named."""
+    hardware = SimulatedHardware.start("l4-pcie", state_dir=tmp_path)  # what a real read finds
+    result = subprocess.run([*CLI, "topo", "--simulate", ""], capture_output=True, text=True,
+                            env={**hardware.environ(), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert result.returncode == 2, result.stdout
+    assert "--simulate: expected a shipped scenario's name" in result.stderr
+    assert "GPU0" not in result.stdout
+
+
 @pytest.mark.ray
 def test_cluster_nodes_grouped_by_nvlink_domain(tmp_path):
     cluster = LoopbackCluster(prefix="tp-")

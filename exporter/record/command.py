@@ -18,7 +18,7 @@ import urllib.error
 from typing import Any
 from urllib.parse import urlencode
 
-from ..cli_args import bounded_number
+from ..cli_args import bounded_number, scenario_name
 from .history import History, Recording
 
 DEFAULT_DURATION_S = 60.0
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "an existing file is not overwritten")
     parser.add_argument("--keep-identities", action="store_true",
                         help="keep GPU UUIDs, serials and pids instead of placeholders")
-    parser.add_argument("--simulate", metavar="SCENARIO", default=None,
+    parser.add_argument("--simulate", metavar="SCENARIO", type=scenario_name, default=None,
                         help="record simulated hardware playing SCENARIO")
     parser.add_argument("--from-agent", metavar="URL", default=None,
                         help="save the recent history an agent keeps (e.g. http://node:9478)")
