@@ -219,12 +219,17 @@ def test_injected_error_codes_are_scoped(open_amd, code, kind, permanent):
 
 
 def test_transient_error_costs_one_cycle_only(open_amd):
+    """Every call fails for a moment: that cycle's sample is down with why (not up with no
+    values), and the next one after it has the device's values again."""
     doc = amd_scenario(devices=1, freeze_at_s=None)
-    doc["errors"] = [{"function": "amdsmi_*", "device": 0, "code": "RETRY", "until_s": 0.5}]
     backend, devices, hardware = open_amd(doc)
+    until = hardware.elapsed_s() + 0.5
+    doc["errors"] = [{"function": "amdsmi_*", "device": 0, "code": "RETRY", "until_s": until}]
+    hardware.update(doc)
+    time.sleep(0.05)  # the fake looks at its scenario file every 10 ms
     sample = backend.sample(devices[0])
-    assert sample.up and sample.readings == ()
-    while hardware.elapsed_s() < 0.6:
+    assert not sample.up and sample.errors == {"every call": "retry"}
+    while hardware.elapsed_s() < until + 0.1:
         time.sleep(0.05)
     assert values(backend.sample(devices[0]))[(m.POWER, ())] == 350.0
 

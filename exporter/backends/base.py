@@ -89,9 +89,10 @@ def sample_through_handle(
 ) -> DeviceSample:
     """One cycle's sample of a device read through a vendor handle by `read`.
 
-    The device is down when it has no handle (lost before discovery) or when
-    `read` raises DeviceDown; otherwise the sample carries what `read` returned
-    and the calls that failed, for good or this cycle.
+    The device is down when it has no handle (lost before discovery), when
+    `read` raises DeviceDown or when it answered none of the calls `read` made
+    (`CallErrors.raise_if_silent`); otherwise the sample carries what `read`
+    returned and the calls that failed, for good or this cycle.
     """
     started = time.monotonic()
     taken_at = time.time()
@@ -101,6 +102,7 @@ def sample_through_handle(
     calls.begin_cycle()
     try:
         reads = read()
+        calls.raise_if_silent()
     except DeviceDown as down:
         return DeviceSample(device=device, up=False, taken_at=taken_at,
                             duration_s=time.monotonic() - started,

@@ -123,6 +123,27 @@ class CallErrors:
         """Record that the device lacks a feature a call answered about (not a failed call)."""
         self._unsupported[name] = kind
 
+    def raise_if_failed(self, name: str) -> None:
+        """Raises DeviceDown where the call `name` failed this cycle, not for good: a device
+        whose identity (its UUID) was not read at discovery must not keep a stand-in's name
+        for good; it is listed down with why and identified again."""
+        kind = self.cycle_errors.get(name)
+        if kind is not None and name not in self._unsupported:
+            raise DeviceDown(name, kind)
+
+    def raise_if_silent(self) -> None:
+        """Raises DeviceDown where every call the device was asked this cycle failed (a
+        device that needs a reset, or has gone, answers no call with any code): what was
+        read before must not stand as this cycle's sample of a device that is up. A device
+        that merely lacks every feature asked (its calls unsupported, never asked again) is
+        not down, nor is one whose answers were all reused."""
+        if self.cycle_answers:
+            return
+        unsupported = self._unsupported
+        for name, kind in self.cycle_errors.items():
+            if name not in unsupported:
+                raise DeviceDown("every call", kind)
+
     def failed(self, name: str, function: str, failure: Failure) -> None:
         """Scope one failed call of `function` (`name`: with its key).
 

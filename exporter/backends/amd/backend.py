@@ -39,6 +39,7 @@ from .xcp import METRICS_TABLE, Residency, throttle_held, xcp_readings
 _NA = "N/A"
 _DEVICE_NODES = ("/dev/kfd",)  # the amdgpu compute driver: present on every AMD GPU host
 _INHERITED = ("numa_node", "nearest_nics")  # facts a partition shares with its GPU
+UUID_CALL = "amdsmi_get_gpu_device_uuid"
 
 
 def _describe(error: BaseException) -> str:
@@ -134,7 +135,9 @@ class AmdBackend(HandleBackend[_Tracked]):
             partition_calls = DeviceCalls(library, self.errors)
             try:
                 part = self._identify(partition_calls, handle, int(index))
-            except DeviceDown:
+            except DeviceDown as down:
+                if down.function == UUID_CALL:  # identified again with its GPU
+                    raise
                 continue
             device = Device(self.vendor, f"{index}/{part.partition_id}", part.uuid, part.model,
                             part.pci_bus_id, parent_uuid=gpu.device.uuid,
@@ -210,7 +213,9 @@ class AmdBackend(HandleBackend[_Tracked]):
         return facts
 
     def _identify(self, calls: DeviceCalls, handle: Any, position: int) -> _Identity:
-        uuid = _text(calls.call("amdsmi_get_gpu_device_uuid", handle))
+        uuid = _text(calls.call(UUID_CALL, handle))
+        if not uuid:  # a GPU without a UUID at all (not supported) keeps its stand-in
+            calls.raise_if_failed(UUID_CALL)
         bus = _text(calls.call("amdsmi_get_gpu_device_bdf", handle))
         asic = calls.call("amdsmi_get_gpu_asic_info", handle) or {}
         kfd = calls.call("amdsmi_get_gpu_kfd_info", handle) or {}

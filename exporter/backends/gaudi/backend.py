@@ -129,6 +129,8 @@ class GaudiBackend(HandleBackend[_Tracked]):
 
     def _identify(self, calls: DeviceCalls, handle: Any, index: int) -> Device:
         uuid = text(calls.call("hlmlDeviceGetUUID", handle))
+        if not uuid:  # a card without a UUID at all (not supported) keeps its stand-in
+            calls.raise_if_failed("hlmlDeviceGetUUID")
         bus = _bus_id(calls.call("hlmlDeviceGetPCIInfo", handle))
         facts = {"driver_version": self._facts.get("driver_version", "")}
         module = number(calls.call("hlmlDeviceGetModuleID", handle))

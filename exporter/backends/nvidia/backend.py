@@ -175,8 +175,6 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             if age is not None:
                 readings.append(age)
         procs = processes(calls, handle, state)
-        if not calls.cycle_answers:
-            _answered_nothing(calls)
         if self._xid is not None:
             self._xid.poll()
         readings.extend(self._xid_readings(tracked.device.uuid))
@@ -222,12 +220,8 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         """Read a device's identity; a MIG instance inherits its parent's PCI and architecture."""
         name = calls.call(pynvml.nvmlDeviceGetName, handle)
         uuid = calls.call(pynvml.nvmlDeviceGetUUID, handle)
-        failed = calls.cycle_errors.get("nvmlDeviceGetUUID")
-        if uuid is None and failed is not None and "nvmlDeviceGetUUID" not in calls.unsupported:
-            # Not this cycle: a device named by a stand-in would keep that name for good.
-            # It is listed down with why and identified again (a GPU without a UUID at all,
-            # NOT_SUPPORTED, keeps its stand-in).
-            raise DeviceDown("nvmlDeviceGetUUID", failed)
+        if uuid is None:  # a GPU without a UUID at all (NOT_SUPPORTED) keeps its stand-in
+            calls.raise_if_failed("nvmlDeviceGetUUID")
         facts = {"driver_version": self._facts.get("driver_version", "")}
         serial = calls.call(pynvml.nvmlDeviceGetSerial, handle)
         if serial is not None:
@@ -268,13 +262,3 @@ class NvidiaBackend(HandleBackend[_Tracked]):
                 found.append(mig_handle)
         return found
 
-
-def _answered_nothing(calls: DeviceCalls) -> None:
-    """Raises DeviceDown where every call the device was asked this cycle failed (a GPU
-    that needs a reset, or has gone, answers no call with any code): what was read before
-    must not stand as this cycle's sample of a device that is up. A device that merely
-    lacks every feature asked (NOT_SUPPORTED, never asked again) is not down."""
-    unsupported = calls.unsupported
-    failed = [kind for name, kind in calls.cycle_errors.items() if name not in unsupported]
-    if failed:
-        raise DeviceDown("every call", failed[0])
