@@ -62,6 +62,13 @@ def _ratio(used: float | None, total: float | None) -> float | None:
     return used / total if used is not None and total else None
 
 
+def is_part(device: dict[str, Any]) -> bool:
+    """Whether the device is part of another one (a MIG instance "0/1/0", an AMD compute
+    partition "4/1", a NeuronCore "0/1"): its memory and power are in its device's figures,
+    and must not be counted again in a sum."""
+    return "/" in device["index"]
+
+
 class _Totals:
     """Device counts and sums, per node and (merged) for the cluster."""
 
@@ -94,6 +101,8 @@ class _Totals:
             self.util_sum += device["utilization"]
             self.util_count += 1
             self.util_max = max(self.util_max or 0.0, device["utilization"])
+        if is_part(device):
+            return
         self.memory_used += device["memory_used_bytes"] or 0.0
         self.memory_total += device["memory_total_bytes"] or 0.0
         self.power += device["power_watts"] or 0.0
@@ -194,7 +203,8 @@ def _node_history(node_id: str, devices: Iterable[dict[str, Any]]) -> dict[str, 
     values: dict[str, float | None] = {
         f"node.{node_id}.utilization": sum(utils) / len(utils) if utils else None,
         f"node.{node_id}.power_watts": (
-            sum(d["power_watts"] or 0.0 for d in devices if d["up"]) if devices else None)}
+            sum(d["power_watts"] or 0.0 for d in devices if d["up"] and not is_part(d))
+            if devices else None)}
     for device in devices:
         values[f"device.{device['uuid']}.utilization"] = (
             device["utilization"] if device["up"] else None)
