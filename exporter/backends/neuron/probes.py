@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from ... import catalog as m
 from ...model import ProcessSample, Reading
 from ..calls import reading
-from .report import ReportView, Runtime
+from .report import ReportView, Runtime, is_ratio
 
 # neuron_hw_counters field -> hw.errors error_type (DRAM ECC keeps the shared names)
 ECC_ERROR_TYPES = (("mem_ecc_corrected", m.ECC_CORRECTED),
@@ -28,8 +28,9 @@ def chip_readings(view: ReportView, device: int, cores: Sequence[int],
                   memory_limit: float | None) -> Iterator[Reading]:
     """Utilization, memory and ECC counters of one Neuron device."""
     if view.utilization is not None and cores:
-        busy = sum(view.utilization.get(core, 0.0) for core in cores) / len(cores)
-        yield reading(m.GPU_UTILIZATION, busy, task=m.TASK_GENERAL)
+        busy = [view.utilization.get(core, 0.0) for core in cores]
+        if all(map(is_ratio, busy)):  # else a core's refused value says why
+            yield reading(m.GPU_UTILIZATION, sum(busy) / len(busy), task=m.TASK_GENERAL)
     if view.core_memory is not None:
         used = sum(sum(view.core_memory.get(core, {}).values()) for core in cores)
         yield reading(m.MEMORY_USAGE, used)
@@ -77,7 +78,7 @@ def _process(runtime: Runtime, cores: Sequence[int], with_runtime: bool) -> Proc
     if held:
         readings.append(reading(m.PROCESS_MEMORY_USAGE, sum(held)))
     busy = [runtime.utilization[core] for core in mine if core in runtime.utilization]
-    if busy:
+    if busy and all(map(is_ratio, busy)):
         # the general compute engine: what attribution reads to tell idle from busy
         readings.append(reading(m.PROCESS_UTILIZATION, sum(busy) / len(busy), engine=m.ENGINE_SM))
     if with_runtime:

@@ -10,6 +10,7 @@ repeated unchanged from the previous report.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,12 @@ class Hardware:
     instance_type: str
 
 
+# Beyond any Neuron host (trn2.48xlarge: 16 devices of 8 NeuronCores): a count past these is
+# a monitor's fault, and would have the agent track that many devices.
+MOST_DEVICES = 128
+MOST_CORES_PER_DEVICE = 64
+
+
 def hardware_of(report: Mapping[str, Any]) -> Hardware:
     """The hardware a report describes.
 
@@ -73,6 +80,11 @@ def hardware_of(report: Mapping[str, Any]) -> Hardware:
     if devices is None or cores is None:
         raise ReportError("neuron_hardware_info lacks neuron_device_count or "
                           "neuroncore_per_device_count")
+    for name, count, most in (("neuron_device_count", devices, MOST_DEVICES),
+                              ("neuroncore_per_device_count", cores, MOST_CORES_PER_DEVICE)):
+        if not (0 <= count <= most and count == int(count)):
+            raise ReportError(f"neuron_hardware_info: {name} {count:g} cannot be true "
+                              f"(a whole number up to {most})")
     instance = report.get("instance_info") if isinstance(report.get("instance_info"),
                                                          Mapping) else {}
     return Hardware(
@@ -128,12 +140,19 @@ def _group(report: Mapping[str, Any], name: str) -> tuple[Mapping[str, Any] | No
 
 
 def _utilization(group: Mapping[str, Any]) -> dict[int, float]:
+    """Each core's utilization as a ratio, as reported: a percent outside 0-100 is kept as
+    it is, for the reading checks to refuse with why (never read as an idle core)."""
     found = {}
     for key, core in (group.get("neuroncores_in_use") or {}).items():
         percent = _number((core or {}).get("neuroncore_utilization"))
-        if _index(key) is not None and percent is not None and 0 <= percent <= 100:
+        if _index(key) is not None and percent is not None:
             found[_index(key)] = percent / 100
     return found
+
+
+def is_ratio(value: float) -> bool:
+    """Whether a utilization can be true (0 to 1)."""
+    return 0.0 <= value <= 1.0
 
 
 def _memory(group: Mapping[str, Any]) -> tuple[dict[int, dict[str, float]], float | None,
@@ -165,11 +184,18 @@ def _latency(group: Mapping[str, Any]) -> dict[tuple[str, str], float]:
     return found
 
 
+def _count(raw: Any) -> float | None:
+    """A count one period added: a number of 0 or more; None for anything else (a negative
+    count would lower the running total, which Prometheus would take as a reset)."""
+    value = _number(raw)
+    return value if value is not None and 0 <= value < math.inf else None
+
+
 def _period_counts(group: Mapping[str, Any]) -> dict[tuple[str, str], float]:
     counts = {}
     for kind, key in (("error", "error_summary"), ("outcome", "execution_summary")):
         for name, raw in (group.get(key) or {}).items():
-            if (value := _number(raw)) is not None:
+            if (value := _count(raw)) is not None:
                 counts[(kind, str(name))] = value
     return counts
 
@@ -221,7 +247,11 @@ class ReportReader:
         memory: dict[int, dict[str, float]] = {}
         for runtime in runtimes:
             for core, ratio in runtime.utilization.items():
-                utilization[core] = min(utilization.get(core, 0.0) + ratio, 1.0)
+                before = utilization.get(core, 0.0)
+                if not is_ratio(ratio):  # stands, for the reading checks to refuse with why
+                    utilization[core] = ratio
+                elif is_ratio(before):  # runtimes sharing a core add up, within 1
+                    utilization[core] = min(before + ratio, 1.0)
             for core, categories in runtime.core_memory.items():
                 into = memory.setdefault(core, {})
                 for name, value in categories.items():
@@ -281,7 +311,11 @@ class ReportReader:
                     continue
                 totals = self._ecc.setdefault(int(index), {})
                 for name in ECC_FIELDS:
-                    count = _number(device.get(name))
-                    if count is not None:
-                        totals[name] = totals.get(name, 0.0) + count
+                    if name not in device:
+                        continue
+                    count = _count(device[name])
+                    if count is None:
+                        problems[HW_COUNTERS] = f"{name} {device[name]!r} is not a count"
+                        continue
+                    totals[name] = totals.get(name, 0.0) + count
         return {device: dict(totals) for device, totals in self._ecc.items()}
