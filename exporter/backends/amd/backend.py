@@ -111,7 +111,7 @@ class AmdBackend(HandleBackend[_Tracked]):
                               _DEVICE_NODES) from None
         self._tracked = {}
         self._topology = GpuTopology(library)
-        self._facts = self._read_facts(library, handles)
+        self._facts = self._library_facts(library)
         return [_PendingGpu(Device(self.vendor, str(index), f"amd-index-{index}", "unknown"),
                             tuple(group))
                 for index, group in enumerate(self._by_pci_device(library, handles))]
@@ -123,6 +123,10 @@ class AmdBackend(HandleBackend[_Tracked]):
         library, index = self._library, pending.placeholder.index
         primary, *others = pending.handles
         calls = DeviceCalls(library, self.errors)
+        if "driver_version" not in self._facts:  # asked of a GPU: the first that answers
+            driver = calls.call("amdsmi_get_gpu_driver_info", primary) or {}
+            if _text(driver.get("driver_version")):
+                self._facts["driver_version"] = _text(driver.get("driver_version"))
         identity = self._identify(calls, primary, int(index))  # DeviceDown: listed down
         gpu = _Tracked(Device(self.vendor, index, identity.uuid, identity.model,
                               identity.pci_bus_id, facts=identity.facts), primary, calls)
@@ -200,16 +204,14 @@ class AmdBackend(HandleBackend[_Tracked]):
 
     # -- discovery -------------------------------------------------------------
 
-    def _read_facts(self, library: ModuleType, handles: Sequence[Any]) -> dict[str, str]:
+    @staticmethod
+    def _library_facts(library: ModuleType) -> dict[str, str]:
+        """amdsmi's own version. The driver's is asked of a GPU, at its discovery, so that
+        a GPU that hangs delays only itself."""
         facts: dict[str, str] = {}
         with contextlib.suppress(library.AmdSmiException, AttributeError, TypeError, KeyError):
             version = library.amdsmi_get_lib_version()
             facts["amdsmi_version"] = f"{version['major']}.{version['minor']}.{version['release']}"
-        if handles:
-            with contextlib.suppress(library.AmdSmiException, AttributeError):
-                driver = _text(library.amdsmi_get_gpu_driver_info(handles[0]).get("driver_version"))
-                if driver:
-                    facts["driver_version"] = driver
         return facts
 
     def _identify(self, calls: DeviceCalls, handle: Any, position: int) -> _Identity:
