@@ -319,6 +319,34 @@ def test_a_stale_report_marks_devices_down_until_reports_resume(start):
     assert value(back, m.GPU_UTILIZATION, task="general") == pytest.approx(0.6)
 
 
+def test_a_device_the_host_stops_reporting_is_down_with_why(start):
+    """After start the monitor reports a device not responding, then one device fewer: the
+    devices it no longer vouches for are down with its reason, not up and idle."""
+    backend, devices, hardware = start()
+    d = by_index(devices)
+    assert backend.sample(d["3"]).up and backend.sample(d["3/1"]).up
+
+    def report(change):
+        def apply(scenario: dict[str, Any]) -> None:
+            change(scenario["neuron"])
+            scenario["neuron"]["runtimes"] = [r for r in scenario["neuron"]["runtimes"]
+                                              if max(r["cores"]) < 6]
+        hardware.modify(apply)
+
+    report(lambda neuron: neuron.update(hardware_error="neuron device 3 is not responding"))
+    failing = wait_until(lambda: s if not (s := backend.sample(d["0"])).up else None)
+    assert failing.errors == {"neuron_hardware_info": "neuron-monitor: neuron device 3 is "
+                                                      "not responding"}
+    report(lambda neuron: neuron.update(hardware_error="", neuron_device_count=3))
+    wait_until(lambda: backend.sample(d["0"]).up)
+    for index in ("3", "3/0", "3/1"):
+        gone = backend.sample(d[index])
+        assert not gone.up and gone.readings == ()
+        assert gone.errors == {"neuron_hardware_info":
+                               "not reported (the host reports 3 devices)"}
+    assert backend.sample(d["2/1"]).up
+
+
 # -- real processes and Ray slots -------------------------------------------------------
 
 

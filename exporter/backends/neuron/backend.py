@@ -24,7 +24,7 @@ from ..base import Backend, BackendUnavailable, unavailable
 from .locate import find_monitor
 from .monitor import FUNCTION, Monitor
 from .probes import chip_processes, chip_readings, core_processes, core_readings
-from .report import Hardware, ReportError, hardware_of
+from .report import HARDWARE_INFO, Hardware, ReportError, ReportView, hardware_of
 
 DEFAULT_PERIOD_S = 1.0
 OPEN_TIMEOUT_S = 15.0
@@ -144,6 +144,10 @@ class NeuronBackend(Backend):
             why = (monitor.last_problem if monitor is not None else "") or "stale"
             return DeviceSample(device=device, up=False, taken_at=taken_at,
                                 errors={FUNCTION: f"stale: {why}" if why != "stale" else why})
+        gone = _not_reported(view, place.chip)
+        if gone:
+            return DeviceSample(device=device, up=False, taken_at=view.taken_at,
+                                errors={HARDWARE_INFO: gone})
         if place.is_core:
             readings = tuple(core_readings(view, place.cores[0]))
             processes = core_processes(view, place.cores[0])
@@ -165,3 +169,13 @@ class NeuronBackend(Backend):
         monitor, self._monitor = self._monitor, None
         if monitor is not None:
             monitor.close()
+
+
+def _not_reported(view: ReportView, chip: int) -> str:
+    """Why the latest report does not vouch for the device `chip` ("" where it does): its
+    hardware section reports an error (a device not responding) or no longer lists it."""
+    if view.hardware_problem:
+        return view.hardware_problem
+    if view.hardware is not None and chip >= view.hardware.device_count:
+        return f"not reported (the host reports {view.hardware.device_count} devices)"
+    return ""

@@ -127,6 +127,9 @@ class ReportView:
     core_memory: Mapping[int, Mapping[str, float]] | None = None  # None: unknown
     ecc: Mapping[int, Mapping[str, float]] | None = None    # device -> field -> total
     problems: Mapping[str, str] = field(default_factory=dict)  # group -> missing/error/...
+    # the devices the report says the host has (None where it does not say), or why it cannot
+    hardware: Hardware | None = None
+    hardware_problem: str = ""
 
 
 def _group(report: Mapping[str, Any], name: str) -> tuple[Mapping[str, Any] | None, str]:
@@ -243,6 +246,12 @@ class ReportReader:
         for key in [k for k in self._last_groups if k[0] == EXECUTION_STATS and k[1] not in live]:
             del self._last_groups[key]
         ecc = self._read_ecc(report, problems)
+        hardware, hardware_problem = None, ""
+        if HARDWARE_INFO in report:  # a report may leave out a group not collected again
+            try:
+                hardware = hardware_of(report)
+            except ReportError as error:
+                hardware_problem = str(error)
         utilization: dict[int, float] = {}
         memory: dict[int, dict[str, float]] = {}
         for runtime in runtimes:
@@ -264,6 +273,8 @@ class ReportReader:
             core_memory=memory if memory_known else None,
             ecc=ecc,
             problems=problems,
+            hardware=hardware,
+            hardware_problem=hardware_problem,
         )
 
     def _runtime(self, pid: int, entry: Mapping[str, Any],
