@@ -49,6 +49,12 @@ CLUSTER_FILTER = 'ray_io_cluster=~"$Cluster"'
 NODE_FILTER = 'ray_node_id=~"$node"'
 BOARD_FILTERS: tuple[str, ...] = (SESSION_FILTER, CLUSTER_FILTER, NODE_FILTER)
 
+#: Top-level devices only: not a part of another device (a MIG instance "0/1/0", an AMD
+#: partition "4/1", a NeuronCore "0/1"), whose memory, power and energy are already in its
+#: device's figures. Sums of those take this filter, or count the parts twice; device
+#: counts do not.
+TOP_LEVEL = 'index!~".+/.+"'
+
 Selector = Callable[..., str]
 
 

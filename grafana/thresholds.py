@@ -54,6 +54,11 @@ class Thresholds:
     # Device errors
     xid_window: float = _threshold(
         10 * MINUTE, Kind.DURATION, "window in which a new XID event keeps the alert firing")
+    xid_seen_window: float = _threshold(
+        6 * 60 * MINUTE, Kind.DURATION,
+        "how far back before the XID window a device's XID count counts as already known: a "
+        "count seen then at the same value is not new after a scrape gap (keep it longer than "
+        "the Prometheus or network outages you expect)")
     ecc_window: float = _threshold(
         10 * MINUTE, Kind.DURATION, "window in which new uncorrectable ECC errors count")
     row_remap_pending_for: float = _threshold(

@@ -181,6 +181,20 @@ def test_annotation_templates_are_predictable():
         check("{{ $value | humanize }}")
 
 
+def test_annotations_name_the_instance_where_an_alert_has_no_ray_node():
+    node = "{{ or $labels.ray_node_id $labels.instance }}"
+    assert expand(node, {"instance": "b:9478"}, None) == "b:9478"
+    assert expand(node, {"ray_node_id": "n1", "instance": "b:9478"}, None) == "n1"
+    assert expand(node, {}, None) == ""
+    for rule in all_rules():
+        for text in (rule.summary, rule.description):
+            assert "{{ $labels.ray_node_id }}" not in text, (rule.name, text)
+    lost = next(r for r in all_rules() if r.name == "RayAcceleratorDeviceLost")
+    (no_ray,) = [c for c in lost.fires if "ray_node_id" not in c.alerts[0]]
+    assert expand(lost.summary, no_ray.alerts[0], None) == (
+        f"Device 3 of node {no_ray.alerts[0]['instance']} does not answer")
+
+
 def test_transfer_stall_rules_are_in_their_group():
     names = {r.name for r in alert_rules.transfer_rules(AlertConfig())}
     assert names == {"RayAcceleratorTransferStalled", "RayAcceleratorCollectiveSuspectedStall",

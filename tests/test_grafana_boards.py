@@ -14,12 +14,13 @@ import pytest
 import ray.dashboard.modules.metrics.dashboards as ray_dashboards
 import yaml
 
+from ray_accel.exporter import catalog as m
 from ray_accel.exporter.catalog import CATALOG
 from ray_accel.grafana import generate, queries
 from ray_accel.grafana.alerts.rules import all_rules
 from ray_accel.grafana.boards import uids
 from ray_accel.grafana.boards.common import BOARD_FILTERS, TAG
-from ray_accel.grafana.promql import UP, duration, parse_duration
+from ray_accel.grafana.promql import TOP_LEVEL, UP, duration, metric, parse_duration
 from ray_accel.grafana.provisioning import RAY_DEFAULT_DASHBOARD_UID
 
 BOARD_FILES = sorted((generate.GENERATED_DIR / "dashboards").glob("*.json"))
@@ -90,6 +91,23 @@ def test_every_selector_applies_the_board_filters():
                 continue
             missing = [f for f in BOARD_FILTERS if f not in matchers]
             assert not missing, f"{query.board} / {query.panel}: {name} lacks {missing}"
+
+
+def test_sums_of_memory_power_and_energy_take_top_level_devices_only():
+    """A MIG instance's or NeuronCore's memory and power are in its GPU's figures: a sum
+    over devices that took the parts too would count them twice. Counts are not filtered."""
+    summed = {metric(name) for name in (m.MEMORY_USAGE, m.MEMORY_LIMIT, m.POWER, m.ENERGY)}
+    checked = 0
+    for query in all_panel_queries():
+        if not re.search(r"\b(sum|avg)\b", query.expr):
+            continue
+        for name, matchers in re.findall(r"\b([a-zA-Z_:][\w:]*)\{([^}]*)\}", query.expr):
+            if name in summed:
+                checked += 1
+                assert TOP_LEVEL in matchers, f"{query.board} / {query.panel}: {query.expr}"
+    assert checked >= 8  # overview: memory in use (stat, table, by node), power, energy
+    counts = [q.expr for q in all_panel_queries() if q.panel == "Devices"]
+    assert counts and all(TOP_LEVEL not in expr for expr in counts)
 
 
 def test_variables_are_rays_plus_node():

@@ -16,7 +16,8 @@ import yaml
 
 from ray_accel.dashboard_module.prometheus_history import Scope, scope_queries
 from ray_accel.grafana import generate
-from ray_accel.grafana.alerts import recording
+from ray_accel.grafana.alerts import recording, recording_cases
+from ray_accel.grafana.promql import TOP_LEVEL
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 FOLDER = (generate.GENERATED_DIR / generate.RECORDING).parent
@@ -50,6 +51,35 @@ def test_the_unit_tests_fail_on_a_wrong_rule(tmp_path):
     tested = promtool("test", "rules", TESTS, cwd=tmp_path)
     assert tested.returncode != 0
     assert recording.record_name("devices_down") in tested.stdout + tested.stderr
+
+
+def test_a_gpus_mig_instances_are_not_summed_again():
+    parent, *instances = recording_cases.MIG_FLEET
+    assert [d.labels()["index"] for d in instances] == ["6/1/0", "6/2/0"]
+    expected = recording_cases.expected_parts(recording_cases.MIG_FLEET)
+    assert expected["memory_used_bytes"] == parent.memory_bytes == 40e9
+    assert expected["power_watts"] == parent.power_watts == 400
+    assert expected["utilization_count"] == 3 and expected["devices_down"] == 0
+    memory = recording.record_name("memory_used_bytes")
+    (test,) = [t for t in yaml.safe_load((FOLDER / TESTS).read_text())["tests"]
+               if "MIG" in t["name"]]
+    (check,) = [c for c in test["promql_expr_test"] if c["expr"] == memory]
+    assert [s["value"] for s in check["exp_samples"]] == [40e9]
+
+
+@needs_promtool
+def test_the_unit_tests_fail_where_memory_and_power_sum_a_gpus_parts(tmp_path):
+    top_level = "{" + TOP_LEVEL + "}"
+    wrong = (FOLDER / RULES).read_text().replace(top_level, "")
+    assert wrong != (FOLDER / RULES).read_text()
+    (tmp_path / RULES).write_text(wrong)
+    (tmp_path / TESTS).write_text((FOLDER / TESTS).read_text())
+    tested = promtool("test", "rules", TESTS, cwd=tmp_path)
+    assert tested.returncode != 0
+    failed = tested.stdout + tested.stderr
+    assert recording.record_name("memory_used_bytes") in failed
+    assert 'SessionName="s4"' in failed  # the GPU with MIG instances; the others pass
+    assert "got: {} 8E+02" in failed  # the GPU's 400 W and its instances' 400 W
 
 
 def test_one_group_per_session_and_cluster_at_the_scrape_interval():

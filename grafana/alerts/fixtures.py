@@ -10,6 +10,9 @@ DEVICE = {**NODE, "vendor": "nvidia", "model": "NVIDIA H200", "index": "3",
           "uuid": "GPU-09fc8680-7dde-5a52-b532-6b579b5f1a62"}
 WORKER = {**DEVICE, "pid": "4242", "ray_job_id": "02000000", "ray_worker_id": "8c1e0d",
           "ray_actor_id": "a1b2c3d4", "actor_class": "IdleHolder"}
+# An agent run with `--no-ray` (or before it found its Ray node): no ray_node_id.
+NO_RAY_NODE = {"instance": "10.0.0.8:9478"}
+NO_RAY_DEVICE = {**NO_RAY_NODE, **{k: v for k, v in DEVICE.items() if k not in NODE}}
 LINK = {**DEVICE, "link_type": "nvlink", "link": "4"}
 TRANSFER = {**NODE, "ray_job_id": "02000000", "src_actor_id": "5e1d0c3b", "src_actor_class":
             "Producer", "src_node_id": NODE["ray_node_id"], "src_devices": DEVICE["uuid"],

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from ...exporter import catalog as m
-from ..promql import Selector, duration, eq, matchers, metric, selector
+from ..promql import TOP_LEVEL, Selector, duration, eq, matchers, metric, selector
 
 GROUP_NAME = "ray_accel_cluster_recording"
 LEVEL = "ray_accel_cluster"
@@ -57,8 +57,9 @@ def cluster_parts(sel: Selector, by: str = "") -> dict[str, str]:
     return {
         "utilization_sum": f"sum{by} ({sel(m.GPU_UTILIZATION, general)})",
         "utilization_count": f"count{by} ({sel(m.GPU_UTILIZATION, general)})",
-        "memory_used_bytes": f"sum{by} ({sel(m.MEMORY_USAGE)})",
-        "power_watts": f"sum{by} ({sel(m.POWER)})",
+        # top-level devices: a part's (MIG instance, NeuronCore) is in its device's figures
+        "memory_used_bytes": f"sum{by} ({sel(m.MEMORY_USAGE, TOP_LEVEL)})",
+        "power_watts": f"sum{by} ({sel(m.POWER, TOP_LEVEL)})",
         # zero where devices report and none is idle; absent where none reports
         "idle_allocations": f"sum{by} ({sel(m.ALLOCATION_IDLE)} * {sel(m.ALLOCATION)}) "
                             f"or {devices} * 0",

@@ -46,18 +46,26 @@ class Device:
     memory_bytes: float | None = None
     power_watts: float | None = None
     holders: tuple[tuple[float, float], ...] = ()  # (allocation, idle) per worker
+    part: str | None = None  # a part of device `index` (MIG instance "1/0"): index "3/1/0"
 
     @property
     def group(self) -> tuple[str, str | None]:
         return self.session, self.cluster
+
+    @property
+    def top_level(self) -> bool:
+        """Not a part: its memory and power count in sums (a part's are in its device's)."""
+        return self.part is None
 
     def labels(self) -> dict[str, str]:
         found = {"instance": f"10.0.0.{self.index}:9478", "ray_node_id": f"n{self.index}",
                  "SessionName": self.session}
         if self.cluster is not None:
             found["ray_io_cluster"] = self.cluster
-        return {**found, "vendor": "nvidia", "model": "NVIDIA H200", "index": str(self.index),
-                "uuid": f"GPU-{self.session}-{self.index}"}
+        index = str(self.index) if self.top_level else f"{self.index}/{self.part}"
+        uuid = f"GPU-{self.session}-{self.index}" + ("" if self.top_level else f"-{self.part}")
+        return {**found, "vendor": "nvidia", "model": "NVIDIA H200", "index": index,
+                "uuid": uuid}
 
 
 FLEET = (
@@ -72,6 +80,15 @@ FLEET = (
     # plain Ray without KubeRay: no ray_io_cluster label
     Device("s3", None, 4, utilization=0.0, memory_bytes=0.0, power_watts=60,
            holders=((1.0, 0.0),)),
+)
+
+# a GPU and two of its MIG instances (exported as devices of their own): the GPU's memory
+# and power already hold its instances', so the sums count the GPU only (40 GB, 400 W)
+MIG_PARENT = Device("s4", "c2", 6, utilization=0.5, memory_bytes=40e9, power_watts=400)
+MIG_FLEET = (
+    MIG_PARENT,
+    Device("s4", "c2", 6, utilization=0.75, memory_bytes=15e9, power_watts=150, part="1/0"),
+    Device("s4", "c2", 6, utilization=0.25, memory_bytes=25e9, power_watts=250, part="2/0"),
 )
 
 
@@ -108,8 +125,8 @@ def expected_parts(devices: Sequence[Device]) -> dict[str, float]:
     if not devices:
         return {}
     utilizations = [d.utilization for d in devices if d.utilization is not None]
-    memory = [d.memory_bytes for d in devices if d.memory_bytes is not None]
-    power = [d.power_watts for d in devices if d.power_watts is not None]
+    memory = [d.memory_bytes for d in devices if d.memory_bytes is not None and d.top_level]
+    power = [d.power_watts for d in devices if d.power_watts is not None and d.top_level]
     found = {"idle_allocations": sum(a * i for d in devices for a, i in d.holders),
              "devices_down": float(sum(d.up == 0 for d in devices))}
     if utilizations:
@@ -182,6 +199,10 @@ def render(rules_file: str, devices: Sequence[Device] = FLEET) -> str:
                  f"cluster read raw and recorded, equal the devices' aggregates",
          "interval": duration(INTERVAL_S), "input_series": input_series(devices),
          "promql_expr_test": _recorded_checks(devices) + _tab_checks(devices)},
+        {"name": "a GPU and two of its MIG instances: memory and power sum the GPU's figures "
+                 "only, utilization and devices count all three",
+         "interval": duration(INTERVAL_S), "input_series": input_series(MIG_FLEET),
+         "promql_expr_test": _recorded_checks(MIG_FLEET) + _tab_checks(MIG_FLEET)},
         {"name": "no device reports: no recorded series, nothing for the tab",
          "interval": duration(INTERVAL_S), "input_series": input_series(()),
          "promql_expr_test": _recorded_checks(()) + _tab_checks(())},

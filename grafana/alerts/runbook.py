@@ -34,8 +34,9 @@ Every alert carries a `severity` label (`critical`, `warning`, `info`) and the
 annotations `summary`, `description` and `runbook_url`; the device's and the
 Ray worker's labels (`ray_node_id`, `index`, `uuid`, `pid`, `ray_actor_id`, ...)
 come from the series, so Alertmanager can route and silence on them. To
-silence one device, match on `uuid`; one node, on `ray_node_id`; one kind of
-actor, on `actor_class`.
+silence one device, match on `uuid`; one node, on `ray_node_id` (an agent run
+with `--no-ray` has none: match on `instance`, which the summaries then name as
+the node); one kind of actor, on `actor_class`.
 
 ## Recording rules
 
@@ -46,7 +47,9 @@ actor, on `actor_class`.
 Accelerators tab shows, `by (SessionName, ray_io_cluster)`: general-engine
 utilization as its sum and count (`ray_accel_cluster:hw_gpu_utilization_ratio:sum`,
 `:count`: a mean over several sessions or clusters is their sums over their counts),
-device memory in use and power (`:sum`), idle allocations weighted by their share
+device memory in use and power (`:sum`, over top-level devices, `index!~".+/.+"`: a MIG
+instance's, AMD partition's or NeuronCore's are in its device's figures and are not
+counted again; device counts take every device), idle allocations weighted by their share
 (`ray_accel_cluster:ray_accelerator_allocation_idle:sum`) and devices down
 (`ray_accel_cluster:ray_accelerator_device_up:count_down`); the last two are 0, not
 absent, where devices report and none is idle or down. Load it beside the alert rules:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ray_accel.exporter import catalog as m
 
-from ..promql import eq
+from ..promql import TOP_LEVEL, eq
 from . import uids
 from .common import (
     RANGE,
@@ -26,7 +26,9 @@ NODE_DETAIL = board_link(uids.NODE, "Node detail", "var-node=${__data.fields.ray
 
 def board() -> Board:
     util = sel(m.GPU_UTILIZATION, GENERAL)
-    usage, limit = sel(m.MEMORY_USAGE), sel(m.MEMORY_LIMIT)
+    # sums of memory and power over top-level devices: a part's are in its device's figures
+    usage, limit = sel(m.MEMORY_USAGE, TOP_LEVEL), sel(m.MEMORY_LIMIT, TOP_LEVEL)
+    power = sel(m.POWER, TOP_LEVEL)
     by_node = "by (ray_node_id)"
     return Board(
         uid=uids.OVERVIEW,
@@ -59,7 +61,7 @@ def board() -> Board:
                       Query(f"sum {by_node} ({sel(m.DEVICE_ALLOCATED)})"),
                       Query(f"sum {by_node} ({sel(m.ALLOCATION_IDLE)} * {sel(m.ALLOCATION)})"),
                       Query(f"sum {by_node} ({usage}) / sum {by_node} ({limit})"),
-                      Query(f"sum {by_node} ({sel(m.POWER)})"),
+                      Query(f"sum {by_node} ({power})"),
                       names={"Value #A": "Devices", "Value #B": "Down",
                              "Value #C": "Utilization", "Value #D": "Assigned",
                              "Value #E": "Assigned but idle", "Value #F": "Memory in use",
@@ -77,7 +79,7 @@ def board() -> Board:
                 timeseries("Memory in use by node", "Device memory in use on each node.",
                            Query(f"sum {by_node} ({usage})", "{{ray_node_id}}"), unit="bytes"),
                 timeseries("Power by node", "Power drawn by each node's devices.",
-                           Query(f"sum {by_node} ({sel(m.POWER)})", "{{ray_node_id}}"),
+                           Query(f"sum {by_node} ({power})", "{{ray_node_id}}"),
                            unit="watt"),
             ]),
             Section("Health", [
@@ -94,7 +96,7 @@ def board() -> Board:
                       Query(f"count by (vendor, model, driver_version) ({sel(m.DEVICE_INFO)})"),
                       names={"Value": "Devices"}, width=12, height=6),
                 stat("Energy in range", "Energy the devices used over the board's time range.",
-                     Query(f"sum({increase(sel(m.ENERGY), RANGE)})"), unit="joule",
+                     Query(f"sum({increase(sel(m.ENERGY, TOP_LEVEL), RANGE)})"), unit="joule",
                      width=12, height=6),
             ]),
         ],

@@ -44,7 +44,8 @@ def _device_spinning(config: AlertConfig) -> Rule:
         expr=f"({spinning} * on ({DEVICE_KEYS}) group_right {metric(m.ALLOCATION)} > 0) "
              f"or ({spinning} unless on ({DEVICE_KEYS}) ({held_by}))",
         for_s=t.device_spinning_for,
-        summary="Device {{ $labels.index }} on node {{ $labels.ray_node_id }} spins without "
+        summary="Device {{ $labels.index }} on node "
+                "{{ or $labels.ray_node_id $labels.instance }} spins without "
                 "computing ({{ $labels.actor_class }} {{ $labels.ray_actor_id }})",
         description="Device {{ $labels.index }} ({{ $labels.uuid }}), held by pid "
                     "{{ $labels.pid }} (job {{ $labels.ray_job_id }}, actor "

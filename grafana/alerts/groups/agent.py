@@ -7,8 +7,12 @@ from ray_accel.exporter import catalog as m
 from ...promql import UP, duration, eq, matchers, metric, number
 from ..cases import split, sustained
 from ..config import AlertConfig
-from ..fixtures import DEVICE, NODE, on
+from ..fixtures import DEVICE, NO_RAY_NODE, NODE, on
 from ..model import Case, Rule, Runbook, Series, Severity, held, series, steps, then, tick_for
+
+# Agents with a Ray node, and agents without one (`--no-ray`, or before they found it).
+WITH_NODE = 'ray_node_id!=""'
+WITHOUT_NODE = eq("ray_node_id", "")
 
 
 def rules(config: AlertConfig) -> tuple[Rule, ...]:
@@ -68,7 +72,7 @@ def _agent_down(config: AlertConfig) -> Rule:
 def _backend_down(config: AlertConfig) -> Rule:
     t, agent = config.thresholds, on(NODE, config.agent_job)
     backend = {**agent, "backend": "nvidia"}
-    backend_up, backend_devices = metric(m.BACKEND_UP), metric(m.BACKEND_DEVICES)
+    seen = duration(t.backend_seen_window)
     backend_tick = tick_for(t.backend_down_for)
     hold = steps(t.backend_down_for, backend_tick)
     short, length = hold // 2, hold + 6
@@ -85,16 +89,28 @@ def _backend_down(config: AlertConfig) -> Rule:
         return Case(why, found, length * backend_tick, backend_tick,
                     alerts if fires else ())
 
+    def no_ray_case(why: str, devices_before: float, fires: bool = False) -> Case:
+        """Two --no-ray agents (no ray_node_id): one keeps its backend up, one's goes down."""
+        other = {"job": config.agent_job, "instance": "10.0.0.9:9478", "backend": "nvidia"}
+        mine = {**on(NO_RAY_NODE, config.agent_job), "backend": "nvidia"}
+        found = (series(m.BACKEND_UP, mine, then(held(1, 2), held(0, length - 3))),
+                 series(m.BACKEND_DEVICES, mine,
+                        then(held(devices_before, 2), held(0, length - 3))),
+                 series(m.BACKEND_UP, other, held(1, length)),
+                 series(m.BACKEND_DEVICES, other, held(8, length)))
+        alerts = ({"instance": NO_RAY_NODE["instance"], "backend": "nvidia"},)
+        return Case(why, found, length * backend_tick, backend_tick, alerts if fires else ())
+
     return Rule(
         name="RayAcceleratorBackendDown",
         severity=Severity.CRITICAL,
-        expr=f"(max by (ray_node_id, backend) ({backend_up}) == 0) "
-             f"and on (ray_node_id, backend) (max by (ray_node_id, backend) "
-             f"(max_over_time({backend_devices}[{duration(t.backend_seen_window)}])) > 0)",
+        expr=f"({_backend_down_on('ray_node_id', WITH_NODE, seen)}) "
+             f"or ({_backend_down_on('instance', WITHOUT_NODE, seen)})",
         for_s=t.backend_down_for,
         summary="The {{ $labels.backend }} backend of the agent on node "
-                "{{ $labels.ray_node_id }} is down",
-        description="The agent on node {{ $labels.ray_node_id }} cannot use its "
+                "{{ or $labels.ray_node_id $labels.instance }} is down",
+        description="The agent on node "
+                    "{{ or $labels.ray_node_id $labels.instance }} cannot use its "
                     "{{ $labels.backend }} vendor library, for "
                     f"{duration(t.backend_down_for)}, although it found devices with it "
                     f"within the last {duration(t.backend_seen_window)}: none of the "
@@ -102,7 +118,10 @@ def _backend_down(config: AlertConfig) -> Rule:
         runbook=Runbook(
             meaning="The agent runs, but the vendor library (NVML, amdsmi) is not loaded "
                     "or does not answer, on a node where it did find devices before (an "
-                    "earlier agent process, within the window). The agent retries every "
+                    "earlier agent process, within the window). An agent with a Ray node "
+                    "counts with every agent process of that node (`ray_node_id`); one "
+                    "without (`--no-ray`, or before it found its node) counts on its own, "
+                    "by its scrape target (`instance`). The agent retries every "
                     "30 s. A backend that never found devices on the node (the AMD "
                     "backend on an NVIDIA node) is not alerted on.",
             causes=("The driver was unloaded or crashed (an upgrade in progress).",
@@ -119,12 +138,25 @@ def _backend_down(config: AlertConfig) -> Rule:
                    "had devices."),
         thresholds=("backend_down_for", "backend_seen_window"),
         fires=(backend_case("the backend found devices before, is down now", 8, down,
-                            fires=True),),
+                            fires=True),
+               no_ray_case("on one of two --no-ray agents, while the other's is up", 8,
+                           fires=True)),
         near_misses=(backend_case("the backend never found devices (no such hardware)",
                                   0, down),
+                     no_ray_case("a --no-ray agent's backend that never found devices, "
+                                 "while another agent's did", 0),
                      backend_case(f"down for only {short * backend_tick:g}s of the "
                                   f"{t.backend_down_for:g}s needed", 8, briefly_down)),
     )
+
+
+def _backend_down_on(key: str, scope: str, seen: str) -> str:
+    """Backends down `by (key, backend)` among the agents `scope` selects, where one found
+    devices within `seen`."""
+    up, devices = metric(m.BACKEND_UP), metric(m.BACKEND_DEVICES)
+    up, devices = up + matchers(scope), devices + matchers(scope)
+    return (f"(max by ({key}, backend) ({up}) == 0) and on ({key}, backend) "
+            f"(max by ({key}, backend) (max_over_time({devices}[{seen}])) > 0)")
 
 
 def _samples_stale(config: AlertConfig) -> Rule:
@@ -134,7 +166,8 @@ def _samples_stale(config: AlertConfig) -> Rule:
         severity=Severity.WARNING,
         expr=f"{metric(m.DEVICE_SAMPLE_AGE)} > {number(t.sample_age_seconds)}",
         for_s=t.sample_stale_for,
-        summary="Values of device {{ $labels.index }} on node {{ $labels.ray_node_id }} are "
+        summary="Values of device {{ $labels.index }} on node "
+                "{{ or $labels.ray_node_id $labels.instance }} are "
                 "{{ $value | printf \"%.0f\" }} s old",
         description="The agent has not read device {{ $labels.index }} "
                     "({{ $labels.uuid }}) for more than "
@@ -168,7 +201,8 @@ def _attribution_stale(config: AlertConfig) -> Rule:
         severity=Severity.WARNING,
         expr=f"{metric(m.ATTRIBUTION_AGE)} > {number(t.attribution_age_seconds)}",
         for_s=t.attribution_stale_for,
-        summary="Ray attribution of the agent on node {{ $labels.ray_node_id }} is "
+        summary="Ray attribution of the agent on node "
+                "{{ or $labels.ray_node_id $labels.instance }} is "
                 "{{ $value | printf \"%.0f\" }} s old",
         description="The agent at {{ $labels.instance }} has not refreshed which Ray "
                     f"workers hold which devices for more than {t.attribution_age_seconds:g}"

@@ -27,7 +27,7 @@ def _allocated_idle(config: AlertConfig) -> Rule:
         for_s=t.idle_allocation_for,
         summary="Ray worker pid {{ $labels.pid }} ({{ $labels.actor_class }}"
                 "{{ $labels.task_name }}) holds device {{ $labels.index }} on node "
-                "{{ $labels.ray_node_id }} but does not use it",
+                "{{ or $labels.ray_node_id $labels.instance }} but does not use it",
         description="Ray assigned device {{ $labels.index }} ({{ $labels.uuid }}) to worker "
                     "pid {{ $labels.pid }} (job {{ $labels.ray_job_id }}, actor "
                     "{{ $labels.ray_actor_id }}), which has shown no activity on it for "
@@ -79,7 +79,8 @@ def _unallocated_busy(config: AlertConfig) -> Rule:
         expr=f"({utilization} > {number(t.unallocated_busy_utilization)}) "
              f"and ignoring(task) ({allocated} == 0)",
         for_s=t.unallocated_busy_for,
-        summary="Device {{ $labels.index }} on node {{ $labels.ray_node_id }} is "
+        summary="Device {{ $labels.index }} on node "
+                "{{ or $labels.ray_node_id $labels.instance }} is "
                 "{{ $value | humanizePercentage }} busy but Ray has not assigned it",
         description="Device {{ $labels.index }} ({{ $labels.uuid }}) has been more than "
                     f"{t.unallocated_busy_utilization:.0%} busy for "

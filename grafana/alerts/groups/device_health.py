@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ray_accel.exporter import catalog as m
 
 from ...promql import duration, eq, matchers, metric, number, one_of
-from ..cases import Subject, appeared, increased, split, sustained
+from ..cases import Cases, Subject, appeared, fired_on, increased, split, sustained
 from ..config import AlertConfig
-from ..fixtures import DEVICE, MEMORY_LIMIT, on
+from ..fixtures import DEVICE, MEMORY_LIMIT, NO_RAY_DEVICE, on
 from ..label_values import ECC_UNCORRECTED, POWER_REASONS, THERMAL_REASONS
-from ..model import Case, Rule, Runbook, Series, Severity, held, last_index, series
+from ..model import (
+    Case,
+    Rule,
+    Runbook,
+    Series,
+    Severity,
+    held,
+    last_index,
+    series,
+    steps,
+    then,
+    tick_for,
+)
 
 
 def rules(config: AlertConfig) -> tuple[Rule, ...]:
@@ -29,27 +43,38 @@ def _throttled(device: dict[str, str], reason: str, other: str) -> Subject:
 
 def _xid_error(config: AlertConfig) -> Rule:
     t, device = config.thresholds, on(DEVICE, config.agent_job)
-    xid = metric(m.XID_ERRORS)
+    xid, window = metric(m.XID_ERRORS), duration(t.xid_window)
+    # the count as last seen before the window, looking past scrape gaps
+    before = f"last_over_time({xid}[{duration(t.xid_seen_window)}] offset {window})"
 
     def xid_series(values: str) -> tuple[Series, ...]:
         return (series(m.XID_ERRORS, device, values, xid="48"),)
 
     xid_fires, xid_near = increased(t.xid_window, xid_series, start=1, jump=1)
+    gap_fires, gap_near = _xid_gap_cases(t.xid_window, xid_series)
     return Rule(
         name="RayAcceleratorXidError",
         severity=Severity.WARNING,
-        expr=f"increase({xid}[{duration(t.xid_window)}]) > 0 "
-             f"or ({xid} unless {xid} offset {duration(t.xid_window)})",
+        expr=f"increase({xid}[{window}]) > 0 or ({xid} unless {before}) "
+             f"or ({xid} != {before})",
         for_s=0,
         summary="XID {{ $labels.xid }} on device {{ $labels.index }} of node "
-                "{{ $labels.ray_node_id }}",
+                "{{ or $labels.ray_node_id $labels.instance }}",
         description="The NVIDIA driver reported critical error XID {{ $labels.xid }} on "
                     "device {{ $labels.index }} ({{ $labels.uuid }}) within the last "
-                    f"{duration(t.xid_window)}.",
+                    f"{window}.",
         runbook=Runbook(
             meaning="The driver raised an XID event: a critical error it detected on the "
                     "device or in the work running on it. Some XIDs are caused by "
-                    "application bugs, others mean the hardware needs attention.",
+                    "application bugs, others mean the hardware needs attention. The "
+                    "agent counts each device's XIDs by code since it started; the alert "
+                    "fires when a count grows within the window, when a code's count first "
+                    "appears (its first event), or when a count differs from its value "
+                    "before the window (it grew, or the agent restarted and counted anew, "
+                    "while its target was not scraped). A count that comes back at the value "
+                    "it had within `xid_seen_window` before the window, after a scrape gap "
+                    "(an unreachable agent, a Prometheus restart), is an old event and does "
+                    "not fire again.",
             causes=("Application errors: 13 (graphics engine exception), 31 (memory page "
                     "fault, usually an illegal address in a kernel), 43 (a channel "
                     "stopped), 45 (preemptive cleanup after another error).",
@@ -63,12 +88,34 @@ def _xid_error(config: AlertConfig) -> Rule:
                     "NVIDIA's XID catalog for the code's recommended action (often: "
                     "reset the GPU or drain the node)."),
             tuning="`xid_window` sets how long the alert keeps firing after the last "
-                   "event. To ignore application XIDs, silence with a matcher on "
-                   "`xid=~\"13|31|43|45\"`."),
-        thresholds=("xid_window",),
-        fires=(*xid_fires, appeared(t.xid_window, xid_series)),
-        near_misses=xid_near,
+                   "event. `xid_seen_window` (default 6h) is how far back before the window "
+                   "a count is remembered: a scrape gap longer than both makes old XIDs "
+                   "fire once more; an agent restart that counts exactly as many new XIDs "
+                   "of a code as before within it is missed (it looks unchanged). To ignore "
+                   "application XIDs, silence with a matcher on `xid=~\"13|31|43|45\"`."),
+        thresholds=("xid_window", "xid_seen_window"),
+        fires=(*xid_fires, appeared(t.xid_window, xid_series), *gap_fires),
+        near_misses=(*xid_near, *gap_near),
     )
+
+
+def _xid_gap_cases(window_s: float, subject: Subject) -> Cases:
+    """A count not scraped for longer than the window: back at its value (quiet), grown or
+    counted anew by a restarted agent (fires)."""
+    tick = tick_for(window_s)
+    window = steps(window_s, tick)
+
+    def gap(before: float, after: float) -> str:
+        return then(held(before, 2), "stale", f"_x{window + 2}", held(after, 4))
+
+    at = (window + 8) * tick
+    same = subject(gap(1, 1))
+    grown, anew = subject(gap(1, 2)), subject(gap(5, 1))
+    return ((Case("grew while its agent was not scraped", grown, at, tick, fired_on(grown)),
+             Case("the agent restarted and counts a new event", anew, at, tick,
+                  fired_on(anew))),
+            (Case("the same count again after a scrape gap longer than the window", same,
+                  at, tick),))
 
 
 def _ecc_uncorrectable(config: AlertConfig) -> Rule:
@@ -86,7 +133,7 @@ def _ecc_uncorrectable(config: AlertConfig) -> Rule:
         expr=f"increase({ecc}[{duration(t.ecc_window)}]) > 0",
         for_s=0,
         summary="Uncorrectable ECC errors on device {{ $labels.index }} of node "
-                "{{ $labels.ray_node_id }}",
+                "{{ or $labels.ray_node_id $labels.instance }}",
         description="Device {{ $labels.index }} ({{ $labels.uuid }}) counted new "
                     f"uncorrectable memory errors within the last {duration(t.ecc_window)}. "
                     "Work on it may have read corrupted data.",
@@ -118,7 +165,7 @@ def _row_remap_failure(config: AlertConfig) -> Rule:
         expr=f"{metric(m.ROW_REMAP_FAILURE)} == 1",
         for_s=0,
         summary="Row remapping failed on device {{ $labels.index }} of node "
-                "{{ $labels.ray_node_id }}: the device needs service",
+                "{{ or $labels.ray_node_id $labels.instance }}: the device needs service",
         description="Device {{ $labels.index }} ({{ $labels.uuid }}) could not remap a "
                     "faulty memory row. It cannot repair its memory any further.",
         runbook=Runbook(
@@ -146,7 +193,8 @@ def _row_remap_pending(config: AlertConfig) -> Rule:
         severity=Severity.WARNING,
         expr=f"{metric(m.ROW_REMAP_PENDING)} == 1",
         for_s=t.row_remap_pending_for,
-        summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} needs a reset "
+        summary="Device {{ $labels.index }} of node "
+                "{{ or $labels.ray_node_id $labels.instance }} needs a reset "
                 "to finish remapping memory rows",
         description="Device {{ $labels.index }} ({{ $labels.uuid }}) has a row remap waiting "
                     f"for the next device reset, for {duration(t.row_remap_pending_for)}.",
@@ -174,7 +222,8 @@ def _thermal_throttling(config: AlertConfig) -> Rule:
         severity=Severity.WARNING,
         expr=f"{throttle}{matchers(one_of('reason', *THERMAL_REASONS))} == 1",
         for_s=t.thermal_throttle_for,
-        summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} is held down by "
+        summary="Device {{ $labels.index }} of node "
+                "{{ or $labels.ray_node_id $labels.instance }} is held down by "
                 "{{ $labels.reason }}",
         description="Clock event reason {{ $labels.reason }} has been slowing device "
                     "{{ $labels.index }} ({{ $labels.uuid }}) for "
@@ -208,7 +257,8 @@ def _power_throttling(config: AlertConfig) -> Rule:
         severity=Severity.INFO,
         expr=f"{throttle}{matchers(one_of('reason', *POWER_REASONS))} == 1",
         for_s=t.power_throttle_for,
-        summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} is held at its "
+        summary="Device {{ $labels.index }} of node "
+                "{{ or $labels.ray_node_id $labels.instance }} is held at its "
                 "power limit ({{ $labels.reason }})",
         description="Clock event reason {{ $labels.reason }} has been limiting device "
                     "{{ $labels.index }} ({{ $labels.uuid }}) for "
@@ -252,7 +302,8 @@ def _memory_nearly_full(config: AlertConfig) -> Rule:
         severity=Severity.WARNING,
         expr=f"{usage} / {limit} > {number(t.memory_full_ratio)}",
         for_s=t.memory_full_for,
-        summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} has "
+        summary="Device {{ $labels.index }} of node "
+                "{{ or $labels.ray_node_id $labels.instance }} has "
                 "{{ $value | humanizePercentage }} of its memory in use",
         description="More than "
                     f"{t.memory_full_ratio:.0%} of device {{{{ $labels.index }}}} "
@@ -281,12 +332,20 @@ def _memory_nearly_full(config: AlertConfig) -> Rule:
 
 def _device_lost(config: AlertConfig) -> Rule:
     t, device = config.thresholds, on(DEVICE, config.agent_job)
+    no_ray = on(NO_RAY_DEVICE, config.agent_job)
+    lost_fires, lost_near = sustained(
+        t.device_lost_for, lambda v: (series(m.DEVICE_UP, device, v),), bad=0, good=1)
+    no_ray_fires = tuple(replace(c, why=f"{c.why}, on a --no-ray agent (named by instance)")
+                         for c in sustained(t.device_lost_for,
+                                            lambda v: (series(m.DEVICE_UP, no_ray, v),),
+                                            bad=0, good=1)[0])
     return Rule(
         name="RayAcceleratorDeviceLost",
         severity=Severity.CRITICAL,
         expr=f"{metric(m.DEVICE_UP)} == 0",
         for_s=t.device_lost_for,
-        summary="Device {{ $labels.index }} of node {{ $labels.ray_node_id }} does not answer",
+        summary="Device {{ $labels.index }} of node "
+                "{{ or $labels.ray_node_id $labels.instance }} does not answer",
         description="Device {{ $labels.index }} ({{ $labels.uuid }}) has failed to answer "
                     f"the agent's sampling for {duration(t.device_lost_for)}: it is lost "
                     "(fallen off the bus) or its driver calls hang.",
@@ -304,6 +363,6 @@ def _device_lost(config: AlertConfig) -> Rule:
             tuning="Raise `device_lost_for` to ride out planned GPU resets. A lost GPU "
                    "normally needs a node reboot; drain the node's Ray workers first."),
         thresholds=("device_lost_for",),
-        **split(sustained(t.device_lost_for, lambda v: (series(m.DEVICE_UP, device, v),),
-                   bad=0, good=1)),
+        fires=(*lost_fires, *no_ray_fires),
+        near_misses=lost_near,
     )

@@ -84,7 +84,8 @@ def _fabric_unhealthy(config: AlertConfig) -> Rule:
         severity=Severity.CRITICAL,
         expr=unhealthy_fabric(),
         for_s=t.fabric_unhealthy_for,
-        summary="NVLink fabric of device {{ $labels.index }} on node {{ $labels.ray_node_id }} "
+        summary="NVLink fabric of device {{ $labels.index }} on node "
+                "{{ or $labels.ray_node_id $labels.instance }} "
                 "is not healthy",
         description="Device {{ $labels.index }} ({{ $labels.uuid }}) has, for "
                     f"{duration(t.fabric_unhealthy_for)}, not completed its NVLink fabric "

@@ -37,7 +37,8 @@ def _pcie_width_downtrained(config: AlertConfig) -> Rule:
         expr=f"{width}{matchers(eq('state', CURRENT))} < ignoring(state) "
              f"{width}{matchers(eq('state', MAX))}",
         for_s=t.pcie_downtrained_for,
-        summary="PCIe link of device {{ $labels.index }} on node {{ $labels.ray_node_id }} "
+        summary="PCIe link of device {{ $labels.index }} on node "
+                "{{ or $labels.ray_node_id $labels.instance }} "
                 "runs at x{{ $value | printf \"%.0f\" }}, below its maximum width",
         description="The PCIe link of device {{ $labels.index }} ({{ $labels.uuid }}) has "
                     "trained to fewer lanes than it and its slot support, for "
@@ -80,7 +81,8 @@ def _pcie_generation_downtrained(config: AlertConfig) -> Rule:
              f"and ignoring(state, task) "
              f"({utilization} > {number(t.pcie_busy_utilization)})",
         for_s=t.pcie_downtrained_for,
-        summary="PCIe link of device {{ $labels.index }} on node {{ $labels.ray_node_id }} "
+        summary="PCIe link of device {{ $labels.index }} on node "
+                "{{ or $labels.ray_node_id $labels.instance }} "
                 "runs at Gen{{ $value | printf \"%.0f\" }} while busy, below its maximum",
         description="The PCIe link of device {{ $labels.index }} ({{ $labels.uuid }}) has "
                     "run below its maximum generation while the device was busy, for "
@@ -113,7 +115,7 @@ def _link_down(config: AlertConfig) -> Rule:
         expr=f"{metric(m.LINK_UP)} == 0",
         for_s=t.link_down_for,
         summary="{{ $labels.link_type }} link {{ $labels.link }} of device {{ $labels.index }} "
-                "on node {{ $labels.ray_node_id }} is down",
+                "on node {{ or $labels.ray_node_id $labels.instance }} is down",
         description="Link {{ $labels.link }} ({{ $labels.link_type }}) of device "
                     "{{ $labels.index }} ({{ $labels.uuid }}) has not been active for "
                     f"{duration(t.link_down_for)}. Traffic to its peers uses fewer links, "
@@ -149,7 +151,7 @@ def _link_errors(config: AlertConfig) -> Rule:
         for_s=0,
         summary="Burst of {{ $labels.error_type }} errors on {{ $labels.link_type }} link "
                 "{{ $labels.link }} of device {{ $labels.index }} on node "
-                "{{ $labels.ray_node_id }}",
+                "{{ or $labels.ray_node_id $labels.instance }}",
         description=f"More than {burst:g} {{{{ $labels.error_type }}}} errors within "
                     f"{duration(t.link_error_window)} on link {{{{ $labels.link }}}} of "
                     "device {{ $labels.index }} ({{ $labels.uuid }}).",

@@ -78,7 +78,8 @@ def _collective_suspected_stall(config: AlertConfig) -> Rule:
         severity=Severity.CRITICAL,
         expr=f"{metric(m.COLLECTIVE_SUSPECTED_STALL)} == 1",
         for_s=t.collective_stall_for,
-        summary="Device {{ $labels.index }} on node {{ $labels.ray_node_id }} spins busy with "
+        summary="Device {{ $labels.index }} on node "
+                "{{ or $labels.ray_node_id $labels.instance }} spins busy with "
                 "no interconnect traffic: suspected hung collective "
                 "({{ $labels.actor_class }} {{ $labels.ray_actor_id }})",
         description="Device {{ $labels.index }} ({{ $labels.uuid }}), held by actor "
