@@ -172,6 +172,21 @@ def test_a_failing_metric_costs_only_its_value_for_that_cycle(opened):
     assert healed.errors == {}
 
 
+def test_a_service_that_answers_no_metric_makes_the_chips_down_with_why(opened):
+    """libtpu's service answers every metric with an error: no chip can be read, so each is
+    down with why (not up with no values); once it answers, they are up again."""
+    rule = {"metric": "*", "status": "INTERNAL", "from_s": 5, "until_s": 15}
+    hw, backend, devices = opened(host(errors=[rule], device_plugin=False))
+    for device in devices:
+        silent = backend.sample(device)
+        assert not silent.up and silent.readings == ()
+        assert silent.errors == {"every metric": "internal"}
+    hw.modify(lambda s: s.update(freeze_at_s=16))
+    healed = backend.sample(devices[3])
+    assert healed.up and healed.errors == {}
+    assert values(healed)[(m.GPU_UTILIZATION, (("task", "general"),))] == pytest.approx(0.3)
+
+
 def test_service_down_falls_back_to_the_device_plugin(opened):
     hw, backend, devices = opened(host(runtime_service=False))
     sample = backend.sample(devices[1])

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...model import Device, DeviceSample, ProcessSample
-from ..base import Backend, BackendAbsent
+from ..base import Backend, BackendAbsent, DeviceDown
 from .chips import Chip, dev_dir, find_chips, model_from_type
 from .device_plugin import PluginUnavailable, fetch, parse, plugin_address
 from .latency import LatencyWindow
@@ -116,6 +116,9 @@ class TpuBackend(Backend):
             return DeviceSample(device=device, up=False, taken_at=taken_at,
                                 errors={"device_file": "not_found"})
         readout = self._readout.get(device.uuid)
+        if readout.silent:
+            return DeviceSample(device=device, up=False, taken_at=taken_at,
+                                errors={"every metric": readout.silent})
         pids = pids_of(self._holders.get(device.uuid), tracked.chip.path)
         return DeviceSample(
             device=device,
@@ -151,6 +154,13 @@ class TpuBackend(Backend):
             readout.errors["GetRuntimeMetric"] = "unavailable"
         if self._plugin:
             self._read_plugin(readout)
+        if not readout.chips and not readout.shared:
+            # The service answers, but with no metric: the chips cannot be read at all (a
+            # service that is absent is only no workload on the chips).
+            try:
+                calls.raise_if_silent()
+            except DeviceDown as down:
+                readout.silent = down.kind
         readout.errors.update(dict(probes.errors_of(calls, {})))
         return readout
 

@@ -32,6 +32,7 @@ class Readout:
     shared: list[Reading] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     source: str = "none"  # "runtime", "device_plugin" or "none"
+    silent: str = ""  # why no chip can be read this cycle (every runtime metric failed)
 
     def add(self, chip: int, item: Reading) -> None:
         """Add a reading of one chip unless the chip already has this metric and labels."""

@@ -89,6 +89,7 @@ class RuntimeCalls(CallErrors):
                                                    permanent=code in _UNSUPPORTED))
                 return None
             self._current = position
+            self.cycle_answers += 1
             return list(response.metric.metrics)
         self._tally.count("unavailable", FUNCTION)
         self._unsupported = {}  # the next workload may run another libtpu release
