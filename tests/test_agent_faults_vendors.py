@@ -7,6 +7,8 @@ import pytest
 from agent_process import AgentProcess, write_scenario
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from ray_accel.exporter.simulate import SimulatedHardware
+
 
 def _amd_gpu(position: int) -> dict:
     return {"vendor": "amd", "uuid": f"e7ff74a1-0000-1000-80a2-7a3d1f5c9e2{position}",
@@ -108,3 +110,34 @@ def test_an_amd_gpu_hanging_at_its_driver_query_hides_no_other(tmp_path):
         assert hung["errors"] == {"discovery": "not answering"}
         assert first["devices"][1]["facts"]["driver_version"] == "6.12.12"
         assert agent.json("/healthz")["status"] == "degraded"
+
+
+@pytest.mark.parametrize("vendor", sorted(VENDORS))
+def test_a_device_removed_from_the_machine_does_not_lend_its_handle_to_another(tmp_path,
+                                                                              vendor):
+    """Device 1 leaves the machine while the agent runs: its handle names no other device
+    (each keeps its own values under its own UUID), and it is down with why."""
+    make = VENDORS[vendor][0]
+    doc = make([])
+    devices = (doc.get("gaudi") or doc)["devices"]
+    power_key = "power_mw" if vendor == "gaudi" else "socket_power_w"
+    for position, device in enumerate(devices):  # each device its own power
+        device[power_key] = (200 + 100 * position) * (1000 if vendor == "gaudi" else 1)
+    uuids = [d["uuid"] for d in devices]
+    with SimulatedHardware.start(doc, state_dir=tmp_path / "hw") as hardware, \
+            AgentProcess("--interval", "0.3", env=hardware.environ()) as agent:
+        agent.wait_for(lambda d: len(d["devices"]) == 3 and all(x["up"] for x in d["devices"]),
+                       timeout=30)
+        del devices[1]
+        hardware.update(doc)
+
+        def by_uuid(snapshot: dict) -> dict[str, dict]:
+            return {x["uuid"]: x for x in snapshot["devices"]}
+
+        later = agent.wait_for(lambda d: not by_uuid(d)[uuids[1]]["up"], timeout=30)
+        agent.wait_for(lambda d: d["cycle"] >= later["cycle"] + 3)
+        now = by_uuid(agent.json("/api/v1/snapshot"))
+        assert now[uuids[1]]["errors"]
+        for uuid, watts in ((uuids[0], 200.0), (uuids[2], 400.0)):
+            assert now[uuid]["up"]
+            assert now[uuid]["values"]["hw.power"][0]["value"] == watts

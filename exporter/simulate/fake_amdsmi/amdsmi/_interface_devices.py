@@ -8,7 +8,7 @@ from ray_accel.exporter.simulate.checks import normalize_pci_bus_id
 from . import amdsmi_wrapper
 from ._interface_common import NA, amdsmi_bdf, required
 from ._interface_types import AmdSmiInitFlags, AmdSmiProcessorType
-from ._simulation import SIMULATION, handle_value, library_error
+from ._simulation import SIMULATION, library_error
 from .amdsmi_exception import AmdSmiBdfFormatException, AmdSmiParameterException
 
 _DEFAULT_LIB_VERSION = "25.5.1"
@@ -37,7 +37,7 @@ def amdsmi_get_lib_version():
 
 def amdsmi_get_socket_handles():
     SIMULATION.enter("amdsmi_get_socket_handles", device_call=False)
-    return [amdsmi_wrapper.amdsmi_socket_handle(handle_value(target.ordinal))
+    return [amdsmi_wrapper.amdsmi_socket_handle(target.handle)
             for target in SIMULATION.devices()]
 
 
@@ -54,7 +54,7 @@ def amdsmi_get_processor_handle_from_bdf(bdf):
         raise AmdSmiBdfFormatException(bdf) from None
     for target in SIMULATION.devices():
         if str(target.device.get("pci_bus_id", "")).lower() == bus_id.lower():
-            return amdsmi_wrapper.amdsmi_processor_handle(handle_value(target.ordinal))
+            return amdsmi_wrapper.amdsmi_processor_handle(target.handle)
     raise library_error(amdsmi_wrapper.AMDSMI_STATUS_NOT_FOUND)
 
 

@@ -10,7 +10,7 @@ from ray_accel.exporter.simulate.signals import counter_at, value_at
 from . import amdsmi_wrapper
 from ._interface_common import NA, amdsmi_bdf, board_target, check_enum, required
 from ._interface_types import AMDSMI_MAX_NUM_XGMI_LINKS, AmdSmiLinkType
-from ._simulation import SIMULATION, Target, handle_value, library_error
+from ._simulation import SIMULATION, Target, library_error
 
 _MT_PER_S = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
 
@@ -133,6 +133,6 @@ def amdsmi_get_link_topology_nearest(processor_handle, link_type):
         xgmi = _xgmi_peer(target, other)
         if (link_type == AmdSmiLinkType.AMDSMI_LINK_TYPE_XGMI) == xgmi:
             rank = 0 if xgmi else 1 if _same_numa(target, other) else 2
-            peers.append((rank, handle_value(other.ordinal)))
+            peers.append((rank, other.handle))
     # the real list holds the handles' pointer values (ints), as ctypes reads them back
     return {"processor_list": [value for _, value in sorted(peers)]}

@@ -20,6 +20,7 @@ from typing import Any
 from ray_accel.exporter.simulate.amd_scenario import AMD, AMD_WILDCARD, AMDSMI_STATUS, vendor_of
 from ray_accel.exporter.simulate.contexts import pid_alive
 from ray_accel.exporter.simulate.delays import pass_delay
+from ray_accel.exporter.simulate.handle_slots import HandleSlots
 from ray_accel.exporter.simulate.saved import (
     SavedScenario,
     read_once,
@@ -34,7 +35,7 @@ from .amdsmi_exception import (
     AmdSmiTimeoutException,
 )
 
-_PARTITION_BITS = 8  # handle value = (AMD device ordinal + 1) << 8 | partition id
+_PARTITION_BITS = 8  # handle value = (the device's slot + 1) << 8 | partition id
 _NO_MACHINE: Mapping[str, Any] = {"devices": [], "errors": [], "delays": []}
 
 
@@ -46,6 +47,12 @@ class Target:
     ordinal: int  # position among the AMD devices
     device: Mapping[str, Any]
     partition_id: int = 0
+    slot: int = 0  # what its handles carry (handle_slots.py)
+
+    @property
+    def handle(self) -> int:
+        """The value of the device's handle (its partition 0)."""
+        return handle_value(self.slot)
 
     @property
     def partition(self) -> Mapping[str, Any] | None:
@@ -62,9 +69,9 @@ class Target:
         return self.device.get(key)
 
 
-def handle_value(ordinal: int, partition_id: int = 0) -> int:
-    """The pointer value of the handle for a device (and partition)."""
-    return (ordinal + 1) << _PARTITION_BITS | partition_id
+def handle_value(slot: int, partition_id: int = 0) -> int:
+    """The pointer value of the handle for a device (by its slot) and partition."""
+    return (slot + 1) << _PARTITION_BITS | partition_id
 
 
 def library_error(code: int) -> AmdSmiLibraryException:
@@ -84,6 +91,7 @@ class Simulation:
         self._saved: SavedScenario | None = None
         self._document: dict[str, Any] = {}
         self.initialized = False
+        self._slots = HandleSlots()
 
     # -- the scenario --------------------------------------------------------
 
@@ -153,8 +161,9 @@ class Simulation:
         with self._lock:
             target = self._resolve(value)
             if device_call:
-                if target is None:
-                    raise library_error(AMDSMI_STATUS["INVAL"])
+                if target is None:  # a device gone from the machine, or no handle at all
+                    gone = self._slots.issued((value >> _PARTITION_BITS) - 1)
+                    raise library_error(AMDSMI_STATUS["NOT_FOUND" if gone else "INVAL"])
                 lost_at = target.device.get("lost_at_s")
                 if lost_at is not None and self.time() >= lost_at:
                     raise library_error(AMDSMI_STATUS["NOT_FOUND"])
@@ -178,28 +187,29 @@ class Simulation:
     def _resolve(self, value: int | None) -> Target | None:
         if not value:
             return None
-        ordinal, partition_id = (value >> _PARTITION_BITS) - 1, value & ((1 << _PARTITION_BITS) - 1)
+        slot, partition_id = (value >> _PARTITION_BITS) - 1, value & ((1 << _PARTITION_BITS) - 1)
         devices = self.amd_devices()
-        if not 0 <= ordinal < len(devices):
+        ordinal = self._slots.find([device for _, device in devices], slot)
+        if ordinal is None:
             return None
         index, device = devices[ordinal]
         if partition_id > len(device.get("partitions") or ()):
             return None
-        return Target(index, ordinal, device, partition_id)
+        return Target(index, ordinal, device, partition_id, slot)
 
     # -- lookups the functions share -----------------------------------------
 
     def handles(self) -> list[int]:
         """Handle values of every logical GPU: each device, then its secondary partitions."""
         with self._lock:
-            return [handle_value(ordinal, p)
-                    for ordinal, (_, device) in enumerate(self.amd_devices())
+            return [handle_value(self._slots.slot(device), p)
+                    for _, device in self.amd_devices()
                     for p in range(1 + len(device.get("partitions") or ()))]
 
     def devices(self) -> list[Target]:
         """Every physical GPU (partition 0)."""
         with self._lock:
-            return [Target(index, ordinal, device)
+            return [Target(index, ordinal, device, slot=self._slots.slot(device))
                     for ordinal, (index, device) in enumerate(self.amd_devices())]
 
     def live_processes(self, processes: Any) -> list[Mapping[str, Any]]:

@@ -21,6 +21,7 @@ from typing import Any
 from ray_accel.exporter.simulate.contexts import pid_alive
 from ray_accel.exporter.simulate.delays import pass_delay
 from ray_accel.exporter.simulate.gaudi_scenario import WILDCARD
+from ray_accel.exporter.simulate.handle_slots import HandleSlots
 from ray_accel.exporter.simulate.saved import (
     SavedScenario,
     read_once,
@@ -54,6 +55,7 @@ class Simulation:
         self._saved: SavedScenario | None = None
         self._document: dict[str, Any] = {}
         self.initialized = False
+        self.slots = HandleSlots()
 
     def _load(self) -> None:
         """Takes the saved scenario as it is now (re-read if it changed)."""
@@ -127,8 +129,9 @@ class Simulation:
             position = self._position(handle)
             device = None
             if handle is not None:
-                if position is None:
-                    raise error("INVALID_ARGUMENT")
+                if position is None:  # a card gone from the machine, or no handle at all
+                    gone = self.slots.issued(_slot_of(handle))
+                    raise error("AIP_IS_LOST" if gone else "INVALID_ARGUMENT")
                 device = self.section["devices"][position]
                 lost_at = device.get("lost_at_s")
                 if lost_at is not None and self.time() >= lost_at:
@@ -142,9 +145,11 @@ class Simulation:
         """The position in ``gaudi.devices`` of the card a handle names; None if none."""
         if handle is None:
             return None
-        value = handle.value if isinstance(handle, ctypes.c_void_p) else None
-        count = len(self.section.get("devices") or ())
-        return value - 1 if value and 0 < value <= count else None
+        return self.slots.find(self.section.get("devices") or (), _slot_of(handle))
+
+    def handle(self, device: Mapping[str, Any]) -> ctypes.c_void_p:
+        """The handle of a card (bound to it, not to its position)."""
+        return ctypes.c_void_p(self.slots.slot(device) + 1)
 
     def _rule(self, kind: str, function: str, position: int | None) -> Mapping[str, Any] | None:
         """The first `errors` or `delays` rule of the section matching the call now."""
@@ -158,6 +163,12 @@ class Simulation:
             if rule["from_s"] <= t and (until is None or t < until):
                 return rule
         return None
+
+
+def _slot_of(handle: Any) -> int:
+    """The slot a handle carries (-1 for what is no handle of ours)."""
+    value = handle.value if isinstance(handle, ctypes.c_void_p) else None
+    return value - 1 if value else -1
 
 
 SIMULATION = Simulation()

@@ -144,16 +144,17 @@ def hlmlDeviceGetCount() -> int:
 
 def hlmlDeviceGetHandleByIndex(index: int) -> ctypes.c_void_p:
     SIMULATION.check("hlmlDeviceGetHandleByIndex")
-    if not 0 <= index < len(SIMULATION.devices()):
+    devices = SIMULATION.devices()
+    if not 0 <= index < len(devices):
         raise error("INVALID_ARGUMENT")
-    return ctypes.c_void_p(index + 1)
+    return SIMULATION.handle(devices[index])
 
 
 def _handle_where(function: str, key: str, value: str) -> ctypes.c_void_p:
     SIMULATION.check(function)
-    for position, device in enumerate(SIMULATION.devices()):
+    for device in SIMULATION.devices():
         if str(device.get(key, "")).lower() == value.lower():
-            return ctypes.c_void_p(position + 1)
+            return SIMULATION.handle(device)
     raise error("NOT_FOUND")
 
 
@@ -163,12 +164,12 @@ def hlmlDeviceGetHandleByUUID(uuid: str) -> ctypes.c_void_p:
 
 def hlmlDeviceGetHandleByPCIBusID(pci_addr: str) -> ctypes.c_void_p:
     SIMULATION.check("hlmlDeviceGetHandleByPCIBusID")
-    for position, device in enumerate(SIMULATION.devices()):
+    for device in SIMULATION.devices():
         domain, bus, slot, function = _bus_id(device)
         short = f"{bus:02x}:{slot:02x}.{function}"
         forms = {f"{domain:04x}:{short}", short}
         if pci_addr.lower() in forms:
-            return ctypes.c_void_p(position + 1)
+            return SIMULATION.handle(device)
     raise error("NOT_FOUND")
 
 
