@@ -229,6 +229,13 @@ def test_settings_from_flags_and_environment():
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4318/v1/metrics",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_METRIC_EXPORT_INTERVAL": "2500"})
     assert from_env == OtlpSettings("http/protobuf", 2.5, None)  # the exporter reads the URL
+    # the gRPC exporter takes a scheme-less host:port from the variable as it is
+    assert otlp_settings(None, None, None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"}
+                         ) == OtlpSettings("grpc", 10.0, None)
+    for milliseconds, seconds in (("100", 0.1), ("3600000", 3600.0)):  # the flag's bounds
+        assert otlp_settings(None, None, None, {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
+            "OTEL_METRIC_EXPORT_INTERVAL": milliseconds}).interval_s == seconds
 
 
 @pytest.mark.parametrize(
@@ -244,6 +251,24 @@ def test_settings_from_flags_and_environment():
         ((None, None, None), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
                               "OTEL_METRIC_EXPORT_INTERVAL": "soon"},
          "OTEL_METRIC_EXPORT_INTERVAL must be milliseconds"),
+        # The flag's bounds (0.1-3600 s), and nothing that is not a finite number.
+        *[((None, None, None), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
+                                "OTEL_METRIC_EXPORT_INTERVAL": interval},
+           "OTEL_METRIC_EXPORT_INTERVAL must be between 100 and 3600000 milliseconds")
+          for interval in ("nan", "inf", "-inf", "1", "99", "3600001", "0", "-5")],
+        # The endpoint variables are URLs like the flag's value.
+        ((None, None, None), {"OTEL_EXPORTER_OTLP_ENDPOINT": "not a url"},
+         "OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL"),
+        ((None, "http/protobuf", None), {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"},
+         "OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL"),
+        ((None, None, None), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
+                              "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "c:4318/v1/metrics"},
+         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT must be an http:// or https:// URL"),
+        ((None, None, None), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:99999"},
+         "OTEL_EXPORTER_OTLP_ENDPOINT has an invalid port"),
+        *[(("http://c:4317", None, None), {"OTEL_EXPORTER_OTLP_TIMEOUT": timeout},
+           "OTEL_EXPORTER_OTLP_TIMEOUT must be")
+          for timeout in ("soon", "0", "-1", "nan", "inf")],
     ],
 )
 def test_bad_settings_are_refused(args, environ, message):

@@ -12,7 +12,13 @@ instruments: the SDK keeps every attribute set it has ever seen, so labels
 that churn (task ids, pids) would reach its cardinality limit and collapse into
 an overflow series after a while. The SDK's OTLP exporters still do the
 sending, with their own handling of the OTEL_EXPORTER_OTLP_* variables
-(headers, TLS, compression, timeout).
+(headers, TLS, compression); their timeout is bounded by the interval
+(`OtlpSettings.export_timeout_s`).
+
+While a collector is down the exporters log every retry and every failed
+export; the sink keeps those lines out of the log (they show at DEBUG) and logs
+only when exports start failing, with the exporter's first reason, and when
+they work again.
 """
 
 from __future__ import annotations
@@ -59,6 +65,15 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "ray-accel-agent"
 SCOPE_NAME = "ray_accel.exporter"
+STOP_GRACE_S = 1.0  # how long stop() waits for an export in flight
+# Where the OpenTelemetry exporters (HTTP client and transport, gRPC) log their failures.
+LIBRARY_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+)
 
 
 def create_exporter(settings: OtlpSettings) -> MetricExporter:
@@ -67,7 +82,7 @@ def create_exporter(settings: OtlpSettings) -> MetricExporter:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     else:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    return OTLPMetricExporter(endpoint=settings.endpoint)
+    return OTLPMetricExporter(endpoint=settings.endpoint, timeout=settings.export_timeout_s)
 
 
 def node_resource(snapshot: NodeSnapshot) -> Resource:
@@ -115,6 +130,38 @@ def metrics_data(snapshot: NodeSnapshot, start_time_ns: int) -> MetricsData:
     )])
 
 
+class LibraryLog(logging.Filter):
+    """Holds back the exporters' own log lines, keeping a thread's first since `reset`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Per thread: the exporters log on the thread that exports, and one process
+        # may run more than one sink (tests).
+        self._reasons: dict[int, str | None] = {}
+
+    def reset(self) -> None:
+        """Start collecting this thread's reason (for the export it is about to make)."""
+        self._reasons[threading.get_ident()] = None
+
+    def reason(self) -> str | None:
+        """The first warning or error the exporters logged on this thread since `reset`."""
+        return self._reasons.get(threading.get_ident())
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING and self._reasons.get(record.thread, "") is None:
+            self._reasons[record.thread] = record.getMessage()
+        return log.isEnabledFor(logging.DEBUG)
+
+
+LIBRARY_LOG = LibraryLog()
+
+
+def quiet_library_loggers() -> None:
+    """Send the exporters' log lines through LIBRARY_LOG (once, however many sinks start)."""
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).addFilter(LIBRARY_LOG)  # no-op when already there
+
+
 class OtlpSink:
     """Agent extension: exports the latest snapshot every `interval_s` on its own thread."""
 
@@ -131,6 +178,7 @@ class OtlpSink:
         self._store = agent.store
         if self._exporter is None:
             self._exporter = create_exporter(self.settings)
+        quiet_library_loggers()
         self._thread = threading.Thread(target=self._loop, name="ray-accel-otlp", daemon=True)
         self._thread.start()
         log.info("exporting OTLP (%s) to %s every %g s", self.settings.protocol,
@@ -139,25 +187,30 @@ class OtlpSink:
 
     async def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        # Shut the exporter down first: that ends its retry waits and closes its gRPC
+        # channel. A request to a collector that never answers cannot be cut short; it is
+        # left to the (daemon) thread rather than delaying the agent's stop.
         if self._exporter is not None:
             await asyncio.to_thread(self._exporter.shutdown)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, STOP_GRACE_S)
+            if self._thread.is_alive():
+                log.info("stopped OTLP export with an export still waiting on the collector")
 
     def export_once(self) -> bool:
         """Send the latest snapshot now; True when the receiver took it."""
         snapshot = self._store.latest if self._store is not None else None
         if snapshot is None or self._exporter is None:
             return False
-        # At most one interval (within 1-10 s), so a collector that hangs delays neither
-        # the next export nor the agent's stop for long.
-        timeout_s = min(max(self.settings.interval_s, 1.0), 10.0)
-        result = self._exporter.export(metrics_data(snapshot, self._start_ns),
-                                       timeout_millis=timeout_s * 1000)
+        LIBRARY_LOG.reset()
+        # The exporter's own timeout bounds this (create_exporter); it ignores timeout_millis.
+        result = self._exporter.export(metrics_data(snapshot, self._start_ns))
         ok = result is MetricExportResult.SUCCESS
-        if ok == self._failing:  # log changes only
-            log.log(logging.INFO if ok else logging.WARNING, "OTLP export %s",
-                    "works again" if ok else "failed; retrying every interval")
+        if ok and self._failing:  # log changes only
+            log.info("OTLP export works again")
+        elif not ok and not self._failing:
+            log.warning("OTLP export failed (%s); retrying every %g s",
+                        LIBRARY_LOG.reason() or "no reason given", self.settings.interval_s)
         self._failing = not ok
         return ok
 
@@ -170,5 +223,14 @@ class OtlpSink:
             try:
                 self.export_once()
             except Exception:  # export must never take the agent down
-                log.exception("OTLP export failed")
+                if not self._stop.is_set():  # else the exporter was shut under it (gRPC)
+                    log.exception("OTLP export failed")
+            self._pause()
+
+    def _pause(self) -> None:
+        try:
             self._stop.wait(self.settings.interval_s)
+        except Exception:  # an interval the settings should have refused (inf): never die
+            log.exception("OTLP export: cannot wait %r s; waiting %g s instead",
+                          self.settings.interval_s, DEFAULT_INTERVAL_S)
+            self._stop.wait(DEFAULT_INTERVAL_S)
