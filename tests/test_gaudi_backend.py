@@ -17,7 +17,7 @@ from ray_accel.exporter import catalog as m
 from ray_accel.exporter.attribution.join import allocations
 from ray_accel.exporter.attribution.model import Grant, Holder, RayIdentity
 from ray_accel.exporter.attribution.slots import assign_holders, slot_devices
-from ray_accel.exporter.backends.base import BackendUnavailable
+from ray_accel.exporter.backends.base import BackendUnavailable, ErrorTally
 from ray_accel.exporter.backends.gaudi import GaudiBackend
 from ray_accel.exporter.backends.gaudi.nic import STATS_BUDGET_S
 from ray_accel.exporter.rates import with_link_rates
@@ -30,6 +30,7 @@ from ray_accel.exporter.simulate.gaudi_fake import (
     driven_by_workloads,
 )
 from ray_accel.exporter.store import SnapshotStore
+from ray_accel.exporter.validation import OUT_OF_RANGE, ReadingValidator
 
 GIB = 2**30
 MODULES = (3, 1, 0, 2)  # module ids of HLML indices 0..3: not the indices
@@ -456,3 +457,26 @@ def test_shipped_gaudi2_node(open_gaudi):
 def test_backend_is_found_through_its_entry_point():
     (found,) = [e for e in entry_points(group="ray_accel.backends") if e.name == "gaudi"]
     assert found.load() is GaudiBackend
+
+
+def test_a_utilization_past_100_reaches_the_reading_checks(open_gaudi, monkeypatch):
+    """The driver answers 250 % (the fake never does; its function is replaced here by one
+    returning the binding's own structure): the reading is refused with why and counted,
+    not dropped unseen."""
+    backend, devices, _ = open_gaudi(gaudi_scenario(devices=1))
+    library = backend._library
+    types = sys.modules[library.__name__ + ".hlml_types"]
+
+    def rates(handle):
+        answer = types.c_hlml_utilization()
+        answer.aip, answer.memory = 250, 40
+        return answer
+
+    monkeypatch.setattr(library, "hlmlDeviceGetUtilizationRates", rates)
+    tally = ErrorTally()
+    checked = ReadingValidator(tally, "gaudi").check(backend.sample(devices[0]))
+    assert (m.GPU_UTILIZATION, (("task", "general"),)) not in {
+        (r.metric, r.labels) for r in checked.readings}
+    assert values(checked, m.MEMORY_BANDWIDTH_UTILIZATION) == {(): 0.4}
+    assert checked.errors[m.GPU_UTILIZATION].startswith(OUT_OF_RANGE)
+    assert tally.snapshot() == {(OUT_OF_RANGE, m.GPU_UTILIZATION): 1}

@@ -11,13 +11,15 @@ import sys
 import pytest
 
 from ray_accel.exporter import catalog as m
-from ray_accel.exporter.backends.base import BackendUnavailable
+from ray_accel.exporter.backends.base import BackendUnavailable, ErrorTally
 from ray_accel.exporter.backends.tpu import TpuBackend
 from ray_accel.exporter.backends.tpu.chips import DEV_DIR_ENV, SYSFS_DIR_ENV
 from ray_accel.exporter.backends.tpu.device_plugin import parse
 from ray_accel.exporter.backends.tpu.latency import quantile
-from ray_accel.exporter.backends.tpu.probes import chip_map
+from ray_accel.exporter.backends.tpu.probes import Readout, chip_map, chip_readings, plugin_values
+from ray_accel.exporter.model import Device, DeviceSample
 from ray_accel.exporter.simulate import ScenarioError, SimulatedHardware, load_scenario
+from ray_accel.exporter.validation import OUT_OF_RANGE, ReadingValidator
 
 GIB = 2**30
 TPU_ENV = (DEV_DIR_ENV, SYSFS_DIR_ENV, "TPU_RUNTIME_METRICS_PORTS", "TPU_DEVICE_PLUGIN_ADDR",
@@ -282,6 +284,23 @@ def test_device_plugin_runtime_numbers_are_reindexed_onto_the_host():
     assert readout.chips == {0: {"tensorcore_utilization": 50, "duty_cycle": 70},
                              1: {"tensorcore_utilization": 60, "duty_cycle": 80}}
     assert (readout.model, readout.topology) == ("m", "2x4")
+
+
+def test_a_percent_the_plugin_reports_past_100_is_refused_with_why():
+    """A duty cycle of 250 % reaches the reading checks (refused, counted, named), not a
+    silent drop; the chip's other values stand."""
+    text = "\n".join([
+        'tensorcore_utilization{accelerator_id="7-0",model="m",tpu_topology="2x4"} 40',
+        'duty_cycle{accelerator_id="7-8",model="m",tpu_topology="2x4"} 250', ""])
+    readout = Readout()
+    plugin_values(parse(text), readout)
+    tally = ErrorTally()
+    chip = Device("google", "0", "tpu-0", "TPU v5e")
+    sample = DeviceSample(chip, up=True, taken_at=0.0, readings=tuple(chip_readings(readout, 0)))
+    checked = ReadingValidator(tally, "tpu").check(sample)
+    assert [(r.metric, r.value) for r in checked.readings] == [(m.TENSORCORE_UTILIZATION, 0.4)]
+    assert checked.errors[m.GPU_UTILIZATION].startswith(OUT_OF_RANGE)
+    assert tally.snapshot() == {(OUT_OF_RANGE, m.GPU_UTILIZATION): 1}
 
 
 def test_quantile_interpolates_within_a_bucket():

@@ -37,8 +37,9 @@ Probe = Callable[[DeviceCalls, Any], Iterable[Reading]]
 
 
 def _percent(value: Any) -> float | None:
+    """A percent as a ratio; one that cannot be true too, for the reading checks to refuse."""
     found = number(value)
-    return None if found is None or not 0 <= found <= 100 else found / 100
+    return None if found is None else found / 100
 
 
 def utilization(hlml: DeviceCalls, handle: Any) -> Iterator[Reading]:

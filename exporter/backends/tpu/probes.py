@@ -68,10 +68,6 @@ _PLUGIN: tuple[tuple[str, str, dict[str, str], float], ...] = (
 )
 
 
-def _ratio_ok(value: float, scale: float) -> bool:
-    return scale != PERCENT or 0 <= value <= 100
-
-
 def runtime_gauges(calls: RuntimeCalls, readout: Readout, chip_count: int) -> None:
     """Per-chip gauges from the runtime service (raises ServiceDown)."""
     for name, metric, labels, scale in _GAUGES:
@@ -83,7 +79,8 @@ def runtime_gauges(calls: RuntimeCalls, readout: Readout, chip_count: int) -> No
         if not placed and values:
             readout.errors[f"{name}[device-id]"] = "unmapped"
         for number, value in values:
-            if number in placed and value is not None and _ratio_ok(value, scale):
+            # a value that cannot be true goes on too, for the reading checks to refuse
+            if number in placed and value is not None:
                 readout.add(placed[number], reading(metric, value * scale, **labels))
 
 
@@ -111,7 +108,7 @@ def plugin_values(plugin: PluginReadout, readout: Readout) -> None:
     for chip, values in plugin.chips.items():
         for name, metric, labels, scale in _PLUGIN:
             value = values.get(name)
-            if value is not None and _ratio_ok(value, scale):
+            if value is not None:
                 readout.add(chip, reading(metric, value * scale, **labels))
 
 
