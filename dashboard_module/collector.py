@@ -115,14 +115,15 @@ Discover = Callable[[], Awaitable[Sequence[AgentTarget]]]
 
 
 def registry_discovery(gcs_address: str) -> Discover:
-    """Live agents from the cluster's GCS registry (exporter/cluster/registry.py)."""
+    """The agents of the cluster's GCS registry (exporter/cluster/registry.py) the view
+    follows: those heart-beating, and those that stopped on a node that is still alive."""
     from ..exporter.cluster.gcs import ClusterGcs
     from ..exporter.cluster.registry import AgentRegistry
 
     registry = AgentRegistry(ClusterGcs(gcs_address))
 
     async def discover() -> list[AgentTarget]:
-        records = await asyncio.to_thread(registry.live)
+        records = await asyncio.to_thread(registry.watched)
         return [AgentTarget(r.node_id, r.url, r.hostname, r.node_ip, r.simulated)
                 for r in records]
 
@@ -385,7 +386,7 @@ class Collector:
         changed = False
         for node_id in list(self.nodes):
             if node_id not in wanted:
-                del self.nodes[node_id]  # the agent deregistered or stopped heart-beating
+                del self.nodes[node_id]  # deregistered, or its node left the cluster
                 changed = True
         for node_id, target in wanted.items():
             node = self.nodes.get(node_id)

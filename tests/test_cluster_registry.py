@@ -214,6 +214,28 @@ def test_gcs_key_value_store(cluster: LoopbackCluster):
 
 
 @pytest.mark.ray
+def test_an_agent_that_stopped_on_a_live_node_stays_watched(registry: AgentRegistry):
+    """A killed agent's record goes stale; while Ray lists its node as alive the cluster view
+    keeps following it (its node stays in view, unreachable), while a stale record of a node
+    Ray does not list (scaled down) is left out, and live records are all kept."""
+    (head,) = registry.gcs.nodes(alive_only=True)
+    now = time.time()
+    stale = now - (MISSED_HEARTBEATS * 10.0 + STALE_MARGIN_S + 60)
+    on_live_node = record(port=9001, heartbeat_at=stale, node_id=head.node_id)
+    on_gone_node = record("bb", port=9002, heartbeat_at=stale)
+    heart_beating = record("cc", port=9003, heartbeat_at=now)
+    for each in (on_live_node, on_gone_node, heart_beating):
+        registry.put(each)
+    try:
+        watched = {r.url for r in registry.watched(now)}
+        assert watched == {on_live_node.url, heart_beating.url}
+        assert {r.url for r in registry.live(now)} == {heart_beating.url}
+    finally:
+        for each in (on_live_node, on_gone_node, heart_beating):
+            registry.remove(each.node_id)
+
+
+@pytest.mark.ray
 def test_gcs_without_the_token_is_refused(cluster: LoopbackCluster, monkeypatch, tmp_path):
     wrong = tmp_path / "token"
     wrong.write_text("0" * 32)

@@ -36,6 +36,7 @@ KEY_PREFIX = "agent/"
 # A heartbeat this many intervals old (plus a margin for a busy GCS) marks a dead agent.
 MISSED_HEARTBEATS = 3
 STALE_MARGIN_S = 5.0
+ALIVE_NODES_TTL_S = 30.0  # how long a listing of the cluster's alive nodes stands
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
@@ -91,6 +92,7 @@ class AgentRegistry:
 
     def __init__(self, gcs: ClusterGcs) -> None:
         self.gcs = gcs
+        self._alive_nodes: tuple[float, frozenset[str]] | None = None  # (asked at, ids)
 
     def put(self, record: AgentRecord) -> None:
         self.gcs.kv_put(NAMESPACE, record.key, record.to_json())
@@ -107,6 +109,33 @@ class AgentRegistry:
     def live(self, now: float | None = None) -> list[AgentRecord]:
         """The records whose agents are still heart-beating."""
         return [r for r in self.records() if r.is_live(now)]
+
+    def watched(self, now: float | None = None) -> list[AgentRecord]:
+        """The records the cluster view follows: agents still heart-beating, and agents that
+        stopped on a node Ray still lists as alive (killed, crashed, hung), so that node
+        stays in view, unreachable with its last data, instead of dropping out of it. The
+        record of a node Ray no longer lists (scaled down, gone) is left out."""
+        now = time.time() if now is None else now
+        records = self.records()
+        if all(r.is_live(now) for r in records):
+            return records
+        alive = self._alive_node_ids()
+        return [r for r in records if r.is_live(now) or r.node_id in alive]
+
+    def _alive_node_ids(self) -> frozenset[str]:
+        """The ids of the nodes Ray lists as alive, asked at most every ALIVE_NODES_TTL_S
+        (a large cluster's listing is megabytes); the last answer stands while the GCS
+        does not answer."""
+        asked = time.monotonic()
+        if self._alive_nodes is not None and asked - self._alive_nodes[0] < ALIVE_NODES_TTL_S:
+            return self._alive_nodes[1]
+        try:
+            ids = frozenset(n.node_id for n in self.gcs.nodes(alive_only=True))
+        except RaySourceError as error:
+            log.warning("cannot list the cluster's alive nodes: %s", error)
+            return self._alive_nodes[1] if self._alive_nodes is not None else frozenset()
+        self._alive_nodes = (asked, ids)
+        return ids
 
     def remove(self, node_id: str, pid: int | None = None) -> bool:
         """Delete a node's record; with `pid`, only while it is still that process's."""
