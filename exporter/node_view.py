@@ -42,6 +42,20 @@ def value(values: Mapping[str, list[dict[str, Any]]], metric: str,
     return None
 
 
+# The sensor a device's temperature is read from: the die's ("gpu": NVIDIA, Gaudi), else an
+# AMD GPU's edge, else its hotspot (MI300 and later report no edge temperature).
+DEVICE_TEMPERATURE_SENSORS = ("gpu", "edge", "hotspot")
+
+
+def _temperature(values: Mapping[str, list[dict[str, Any]]]) -> float | None:
+    """The device's temperature from the first of DEVICE_TEMPERATURE_SENSORS it reports."""
+    for sensor in DEVICE_TEMPERATURE_SENSORS:
+        found = value(values, m.TEMPERATURE, sensor=sensor)
+        if found is not None:
+            return found
+    return None
+
+
 def _number(number: Any) -> float | None:
     if number.__class__ is float:  # nearly every value: the checks below cost more
         return number if math.isfinite(number) else None
@@ -167,7 +181,7 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
         "memory_total_bytes": value(values, m.MEMORY_LIMIT),
         "power_watts": value(values, m.POWER),
         "power_limit_watts": value(values, m.POWER_LIMIT),
-        "temperature_celsius": value(values, m.TEMPERATURE, sensor="gpu"),
+        "temperature_celsius": _temperature(values),
         "sm_clock_hz": value(values, m.CLOCK_FREQUENCY, clock=m.CLOCK_SM),
         "sm_clock_max_hz": value(values, m.CLOCK_MAX_FREQUENCY, clock=m.CLOCK_SM),
         "throttle_reasons": sorted(r for r, v in throttle.items() if v >= 1),
