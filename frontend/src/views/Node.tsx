@@ -51,7 +51,11 @@ export function NodeView({ nodeId, refreshMs, ray }: {
   const { data: node, error } = usePoll<NodeDetail>(`nodes/${nodeId}`, refreshMs);
   const [range, setRange] = useState<HistoryRangeName>("1h");
   const series = useHistory(range, { node_id: nodeId }, refreshMs);
-  if (error && !node) return <Alert severity="error" data-testid="node-error">{error.message}</Alert>;
+  // A node the head no longer knows (404) has no current values to show; any other failed
+  // refresh leaves the last answer on screen, saying it is not current.
+  if (error && (!node || error.status === 404)) {
+    return <Alert severity="error" data-testid="node-error">{error.message}</Alert>;
+  }
   if (!node) return <Typography>Loading…</Typography>;
   const rayNode = rayLink(ray, `cluster/nodes/${node.node_id}`);
   return (
@@ -73,6 +77,8 @@ export function NodeView({ nodeId, refreshMs, ray }: {
           {" · "}<Link href={transfersHref({ node: node.node_id })} data-testid="node-transfers-link">
             Transfers</Link>
         </Typography>
+        {error && <Alert severity="warning" data-testid="node-refresh-error">
+          Not refreshed ({error.message}): the values below are from the last answer.</Alert>}
         {node.error && <Alert severity="warning">{node.error}</Alert>}
       </Box>
 
