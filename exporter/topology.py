@@ -17,6 +17,19 @@ Legend:
   NV#  = Connection traversing a bonded set of # NVLinks"""
 
 
+# What each vendor's devices are called (nvidia-smi and amd-smi: GPU); others GPU too.
+_KINDS = {"google": "TPU", "aws": "ND", "intel": "HPU"}
+
+
+def device_names(physical: Sequence[Device]) -> list[str]:
+    """Column names: the kind and index (GPU0, TPU3), with the vendor in front where two
+    vendors' devices would share a name (a node with NVIDIA and AMD GPUs)."""
+    names = [f"{_KINDS.get(d.vendor, 'GPU')}{d.index}" for d in physical]
+    if len(set(names)) < len(names):
+        names = [f"{d.vendor}:{name}" for d, name in zip(physical, names, strict=True)]
+    return names
+
+
 def matrix(devices: Sequence[Device]) -> list[list[str]]:
     """Rows of cells: a header row, then one row per physical device.
 
@@ -24,7 +37,7 @@ def matrix(devices: Sequence[Device]) -> list[list[str]]:
     nearest NICs (the last three from the device's facts).
     """
     physical = [d for d in devices if not d.parent_uuid]
-    names = [f"GPU{d.index}" for d in physical]
+    names = device_names(physical)
     rows = [["", *names, "CPU Affinity", "NUMA Affinity", "NICs"]]
     for name, device in zip(names, physical, strict=True):
         by_peer = {peer.uuid: peer.connection for peer in device.peers}

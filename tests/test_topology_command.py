@@ -72,3 +72,16 @@ def test_cluster_nodes_grouped_by_nvlink_domain(tmp_path):
         assert "4x NVIDIA L4" in lines[alone + 1]
     finally:
         cluster.stop()
+
+
+@pytest.mark.parametrize("scenario, header", [
+    ("mixed", ["nvidia:GPU0", "nvidia:GPU1", "amd:GPU0", "amd:GPU1"]),
+    ("tpu-v5e-8", [f"TPU{i}" for i in range(8)]),
+    ("trn1-32xl", [f"ND{i}" for i in range(16)]),
+])
+def test_each_device_has_a_name_of_its_own_in_the_matrix(scenario, header):
+    """A node with NVIDIA and AMD GPUs had two columns named GPU0; TPU chips were GPUs."""
+    result = subprocess.run([*CLI, "topo", "--simulate", scenario], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()[0].split()[:len(header)]) == sorted(header)
