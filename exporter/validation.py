@@ -451,9 +451,8 @@ class ReadingValidator:
             return sample
         for violation in check.found:
             self._report(sample, device, violation)
-        errors = {**sample.errors, **{v.metric: f"{v.kind}: {v.detail}" for v in check.found}}
         return replace(sample, readings=readings, links=links, processes=processes,
-                       errors=errors)
+                       errors={**sample.errors, **_reasons(check.found)})
 
     def _report(self, sample: DeviceSample, device: _DeviceChecks, violation: Violation) -> None:
         self._tally.count(violation.kind, violation.metric)
@@ -465,3 +464,14 @@ class ReadingValidator:
             "are counted in ray_accelerator_agent_errors_total, not logged",
             self._backend or "backend", sample.device.index, sample.device.uuid,
             violation.metric, violation.detail, violation.kind)
+
+
+def _reasons(found: Iterable[Violation]) -> dict[str, str]:
+    """Why each refused metric is absent, as the snapshot's `errors` give it: every reason
+    of a metric refused more than once (two sensors' temperatures), joined by "; "."""
+    reasons: dict[str, list[str]] = {}
+    for violation in found:
+        reason = f"{violation.kind}: {violation.detail}"
+        if reason not in reasons.setdefault(violation.metric, []):
+            reasons[violation.metric].append(reason)
+    return {metric: "; ".join(each) for metric, each in reasons.items()}

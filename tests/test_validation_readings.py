@@ -370,3 +370,17 @@ def test_what_a_real_h200_answered_passes_every_check(checked):
     validator, tally = checked
     assert validator.check(sample) is sample
     assert tally.snapshot() == {}
+
+
+def test_every_refused_reading_of_a_metric_says_why(checked):
+    """Two sensors' temperatures refused in one sample: the device's errors keep both
+    reasons, not only the last one."""
+    validator, tally = checked
+    out = validator.check(_sample(Reading(m.TEMPERATURE, -300.0, (("sensor", "edge"),)),
+                                  Reading(m.TEMPERATURE, 10_000.0, (("sensor", "hotspot"),)),
+                                  Reading(m.TEMPERATURE, 60.0, (("sensor", "memory"),))))
+    assert [r.value for r in out.readings] == [60.0]
+    reasons = out.errors[m.TEMPERATURE].split("; ")
+    assert len(reasons) == 2 and all(r.startswith(OUT_OF_RANGE) for r in reasons)
+    assert "-300" in reasons[0] and "10000" in reasons[1]
+    assert tally.snapshot() == {(OUT_OF_RANGE, m.TEMPERATURE): 2}
