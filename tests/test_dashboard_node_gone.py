@@ -2,8 +2,9 @@
 
 A real agent on simulated hardware, the standalone dashboard's real HTTP stack and
 collector (refreshing every second) over a discovery the test controls, Debian's
-Chromium through playwright-core (frontend/e2e/node_gone.mjs): once the node's record is
-gone, its page must say the node is unknown, not keep its last values on screen.
+Chromium through playwright-core (frontend/e2e/node_gone.mjs): the page fits the window
+though the devices' model name is as long as NVML allows; once the node's record is gone,
+its page must say the node is unknown, not keep its last values on screen.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_process import AgentProcess
+from agent_process import AgentProcess, write_scenario
 from aiohttp import web
 
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import AgentTarget, Collector
 from ray_accel.dashboard_module.standalone import build_app
+from ray_accel.exporter.simulate import load_scenario
 
 FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
 NODE_ID = "ab" * 28
@@ -69,8 +71,11 @@ class Head:
 
 
 @pytest.fixture
-def agent() -> Iterator[AgentProcess]:
-    with AgentProcess("--simulate", "l4-pcie") as running:
+def agent(tmp_path) -> Iterator[AgentProcess]:
+    doc = load_scenario("l4-pcie")
+    for device in doc["devices"]:  # the longest name NVML has room for, with no space to wrap
+        device["name"] = "NVIDIA-L4-" + "x" * 85
+    with AgentProcess("--simulate", write_scenario(tmp_path, doc)) as running:
         yield running
 
 

@@ -1,6 +1,7 @@
 // Browser test of a node page whose node the head stops knowing (its agent's record gone
 // with its node), driven by pytest (tests/test_dashboard_node_gone.py): the page must say
-// so, not keep showing the node's last values as if current.
+// so, not keep showing the node's last values as if current. Its devices' long model name
+// must not widen the page past the window.
 // Environment: BASE_URL, NODE_ID, SHOTS (folder). Prints "shown" once the node's devices
 // are on screen, then waits for the test to write a line to its standard input.
 import { mkdirSync, mkdtempSync } from "node:fs";
@@ -21,6 +22,9 @@ try {
   await page.getByTestId("device-table").waitFor({ timeout: 60000 });
   check((await page.locator('[data-testid="device-table"] tbody tr').count()) > 0,
         "the node's devices are shown");
+  const [scrolled, wide] = await page.evaluate(
+    () => [document.documentElement.scrollWidth, window.innerWidth]);
+  check(scrolled <= wide, `a long model name stays within the window (${scrolled} > ${wide})`);
   console.log("shown");
   const input = createInterface({ input: process.stdin });
   await once(input, "line");

@@ -23,8 +23,18 @@ export type Route =
   | { view: "workloads"; jobId: string | null } | { view: "findings" }
   | { view: "transfers"; job: string | null; node: string | null };
 
+// A route's part as written in the hash, decoded once (left as it is where it is not
+// valid percent-encoding): ids are encoded again wherever they go into a request.
+function routePart(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+}
+
 export function parseRoute(hash: string): Route {
-  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean);
+  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(routePart);
   if (parts[0] === "node" && parts[1]) return { view: "node", nodeId: parts[1] };
   if (parts[0] === "workloads") return { view: "workloads", jobId: parts[1] ?? null };
   if (parts[0] === "findings") return { view: "findings" };

@@ -39,6 +39,13 @@ describe("routes and links", () => {
     expect(parseRoute("#/findings")).toEqual({ view: "findings" });
     expect(parseRoute("")).toEqual({ view: "cluster" });
   });
+  it("decodes a route's ids once", () => {
+    expect(parseRoute("#/node/%3Cimg%3E")).toEqual({ view: "node", nodeId: "<img>" });
+    expect(parseRoute("#/workloads/a%20b")).toEqual({ view: "workloads", jobId: "a b" });
+    expect(parseRoute("#/transfers/node/%3Cx")).toEqual(
+      { view: "transfers", job: null, node: "<x" });
+    expect(parseRoute("#/node/%E0%A4%A")).toEqual({ view: "node", nodeId: "%E0%A4%A" });
+  });
   it("links into Ray's own dashboard", () => {
     expect(rayLink("/", "actors/ab")).toBe("/#/actors/ab");
     expect(rayLink("http://h:8265", "cluster/nodes/n")).toBe("http://h:8265/#/cluster/nodes/n");

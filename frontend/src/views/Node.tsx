@@ -48,7 +48,7 @@ function Holders({ device, ray }: { device: Device; ray: string | null }) {
 export function NodeView({ nodeId, refreshMs, ray }: {
   nodeId: string; refreshMs: number; ray: string | null;
 }) {
-  const { data: node, error } = usePoll<NodeDetail>(`nodes/${nodeId}`, refreshMs);
+  const { data: node, error } = usePoll<NodeDetail>(`nodes/${encodeURIComponent(nodeId)}`, refreshMs);
   const [range, setRange] = useState<HistoryRangeName>("1h");
   const series = useHistory(range, { node_id: nodeId }, refreshMs);
   // A node the head no longer knows (404) has no current values to show; any other failed
@@ -102,7 +102,8 @@ export function NodeView({ nodeId, refreshMs, ray }: {
         <TableBody>
           {node.devices.map((d) => (
             <TableRow key={d.uuid} data-testid={`device-${d.index}`}>
-              <TableCell>{d.index} <Typography variant="caption">{d.model}</Typography></TableCell>
+              <TableCell sx={{ maxWidth: 220, overflowWrap: "anywhere" }}>
+                {d.index} <Typography variant="caption">{d.model}</Typography></TableCell>
               <TableCell>
                 <HealthChip health={d.health} />
                 {d.spinning === 1 && <HolderStateChip holder={{ idle: false, spinning: true }} />}

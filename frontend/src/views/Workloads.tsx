@@ -75,7 +75,7 @@ function Spacer({ height, columns }: { height: number; columns: number }) {
 export function JobPanel({ jobId, refreshMs, ray }: {
   jobId: string; refreshMs: number; ray: string | null;
 }) {
-  const { data, error } = usePoll<JobDetail>(`jobs/${jobId}`, refreshMs);
+  const { data, error } = usePoll<JobDetail>(`jobs/${encodeURIComponent(jobId)}`, refreshMs);
   const rows = useMemo(() => unitDevices(data?.units ?? []), [data]);
   const scroller = useRef<HTMLDivElement>(null);
   const windowed = rows.length > WINDOWED_ABOVE;
