@@ -24,9 +24,15 @@ class HandleSlots:
 
     def slot(self, device: Mapping[str, Any]) -> int:
         """The device's slot, given on first sight."""
-        key = str(device.get("uuid") or device.get("pci_bus_id") or "")
         with self._lock:
-            return self._slots.setdefault(key, len(self._slots))
+            return self._slots.setdefault(_key(device), len(self._slots))
+
+    def assign(self, devices: Sequence[Mapping[str, Any]]) -> None:
+        """Give every device not seen before its slot, in their order: until the device list
+        changes, slots follow positions, whichever device a caller asks for first."""
+        with self._lock:
+            for device in devices:
+                self._slots.setdefault(_key(device), len(self._slots))
 
     def issued(self, slot: int) -> bool:
         """Whether a device was ever given `slot` (a handle to it was handed out)."""
@@ -39,3 +45,7 @@ class HandleSlots:
             if self.slot(device) == slot:
                 return position
         return None
+
+
+def _key(device: Mapping[str, Any]) -> str:
+    return str(device.get("uuid") or device.get("pci_bus_id") or "")

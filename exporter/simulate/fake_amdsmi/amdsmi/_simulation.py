@@ -209,8 +209,10 @@ class Simulation:
     def devices(self) -> list[Target]:
         """Every physical GPU (partition 0)."""
         with self._lock:
+            devices = self.amd_devices()
+            self._slots.assign([device for _, device in devices])
             return [Target(index, ordinal, device, slot=self._slots.slot(device))
-                    for ordinal, (index, device) in enumerate(self.amd_devices())]
+                    for ordinal, (index, device) in enumerate(devices)]
 
     def live_processes(self, processes: Any) -> list[Mapping[str, Any]]:
         """A process list without `while_alive` processes whose pid has ended, nor those

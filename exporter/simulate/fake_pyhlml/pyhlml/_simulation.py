@@ -149,6 +149,7 @@ class Simulation:
 
     def handle(self, device: Mapping[str, Any]) -> ctypes.c_void_p:
         """The handle of a card (bound to it, not to its position)."""
+        self.slots.assign(self.devices())
         return ctypes.c_void_p(self.slots.slot(device) + 1)
 
     def _rule(self, kind: str, function: str, position: int | None) -> Mapping[str, Any] | None:
