@@ -12,87 +12,25 @@ to "down" keeps exactly the down ones, and that a group and then a node open.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
+from standalone_head import StandaloneHead
 
-from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import Collector
 from ray_accel.dashboard_module.fleet_agents import FleetProcess, FleetShape, discovery
-from ray_accel.dashboard_module.standalone import build_app
 
 FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
 NODES = 10_000
 DEVICES_PER_NODE = 8
 SHAPE = FleetShape(down_every=97, spread=True)
 ROUND_WAIT_S = 240  # a limit for a hung round, not a speed target
-
-
-class DashboardThread:
-    """The standalone dashboard on its own event loop in a thread, over `fleet`."""
-
-    def __init__(self, fleet: FleetProcess) -> None:
-        self.fleet = fleet
-        self.url = ""
-        self.collector: Collector | None = None
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="scale-dashboard", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self._loop.run_until_complete(self._serve())
-        except BaseException as error:  # reported by start()
-            self._failure = error
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._stop = asyncio.Event()
-        # one round: the first starts at once, the next after the test is over
-        self.collector = Collector(discovery(self.fleet.targets()), refresh_s=3600,
-                                   fetch_timeout_s=60, spread=0.0)
-        runner = web.AppRunner(build_app(AcceleratorsApi(self.collector, "standalone"), None),
-                               access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        self._ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            await runner.cleanup()
-
-    def start(self) -> None:
-        self._thread.start()
-        self._ready.wait(60)
-        if self._failure is not None or not self.url:
-            raise RuntimeError(f"the dashboard did not start: {self._failure}")
-
-    def wait_for_round(self, timeout_s: float) -> float:
-        """Seconds until the collector's first round is in (raises after `timeout_s`)."""
-        started = time.monotonic()
-        while time.monotonic() - started < timeout_s:
-            if self.collector is not None and self.collector.rounds >= 1:
-                return time.monotonic() - started
-            time.sleep(0.2)
-        raise AssertionError(f"no round within {timeout_s} s")
-
-    def close(self) -> None:
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +42,10 @@ def fleet() -> Iterator[FleetProcess]:
 
 
 @pytest.fixture(scope="module")
-def dashboard(fleet) -> Iterator[DashboardThread]:
-    head = DashboardThread(fleet)
+def dashboard(fleet) -> Iterator[StandaloneHead]:
+    # one round: the first starts at once, the next after the test is over
+    head = StandaloneHead(lambda: Collector(discovery(fleet.targets()), refresh_s=3600,
+                                            fetch_timeout_s=60, spread=0.0))
     head.start()
     try:
         print(f"first round in after {head.wait_for_round(ROUND_WAIT_S):.1f} s")

@@ -131,18 +131,24 @@ class CallErrors:
         if kind is not None and name not in self._unsupported:
             raise DeviceDown(name, kind)
 
-    def raise_if_silent(self) -> None:
-        """Raises DeviceDown where every call the device was asked this cycle failed (a
-        device that needs a reset, or has gone, answers no call with any code): what was
-        read before must not stand as this cycle's sample of a device that is up. A device
-        that merely lacks every feature asked (its calls unsupported, never asked again) is
-        not down, nor is one whose answers were all reused."""
+    def silence(self) -> str | None:
+        """The failure kind of a cycle in which every call the device was asked failed (a
+        device that needs a reset, or has gone, answers no call with any code); None where
+        it answered one. A device that merely lacks every feature asked (its calls
+        unsupported, never asked again) is not silent, nor is one whose answers were all
+        reused."""
         if self.cycle_answers:
-            return
+            return None
         unsupported = self._unsupported
-        for name, kind in self.cycle_errors.items():
-            if name not in unsupported:
-                raise DeviceDown("every call", kind)
+        return next((kind for name, kind in self.cycle_errors.items()
+                     if name not in unsupported), None)
+
+    def raise_if_silent(self) -> None:
+        """Raises DeviceDown where the device was silent this cycle (`silence`): what was
+        read before must not stand as this cycle's sample of a device that is up."""
+        kind = self.silence()
+        if kind is not None:
+            raise DeviceDown("every call", kind)
 
     def failed(self, name: str, function: str, failure: Failure) -> None:
         """Scope one failed call of `function` (`name`: with its key).

@@ -125,8 +125,8 @@ class AmdBackend(HandleBackend[_Tracked]):
         calls = DeviceCalls(library, self.errors)
         if "driver_version" not in self._facts:  # asked of a GPU: the first that answers
             driver = calls.call("amdsmi_get_gpu_driver_info", primary) or {}
-            if _text(driver.get("driver_version")):
-                self._facts["driver_version"] = _text(driver.get("driver_version"))
+            if version := _text(driver.get("driver_version")):
+                self._facts["driver_version"] = version
         identity = self._identify(calls, primary, int(index))  # DeviceDown: listed down
         gpu = _Tracked(Device(self.vendor, index, identity.uuid, identity.model,
                               identity.pci_bus_id, facts=identity.facts), primary, calls)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...model import Device, DeviceSample, ProcessSample
-from ..base import Backend, BackendAbsent, DeviceDown
+from ..base import Backend, BackendAbsent
 from .chips import Chip, dev_dir, find_chips, model_from_type
 from .device_plugin import PluginUnavailable, fetch, parse, plugin_address
 from .latency import LatencyWindow
@@ -157,10 +157,7 @@ class TpuBackend(Backend):
         if not readout.chips and not readout.shared:
             # The service answers, but with no metric: the chips cannot be read at all (a
             # service that is absent is only no workload on the chips).
-            try:
-                calls.raise_if_silent()
-            except DeviceDown as down:
-                readout.silent = down.kind
+            readout.silent = calls.silence() or ""
         readout.errors.update(dict(probes.errors_of(calls, {})))
         return readout
 
