@@ -107,6 +107,17 @@ describe("filters and groups", () => {
     expect(only.map((g) => g.key)).toEqual(["train"]);
     expect(overviewGroups(nodes, "none", "all").map((g) => g.label)).toEqual(["All nodes"]);
   });
+  it("lists a node with no device under the all filter only, after the nodes with devices", () => {
+    const waiting = { ...node("a-waiting", []), status: "waiting" };
+    const empty = node("b-empty", []);
+    const all = overviewGroups([waiting, ...nodes, empty], "none", "all");
+    expect(all[0].nodes.map((n) => n.node.node_id)).toEqual(["n3", "n1", "n2", "a-waiting",
+                                                            "b-empty"]);
+    expect(all[0].devices).toBe(6);
+    const layout = layoutOverview(all, 600, 400);
+    expect(layout.tiles.map((t) => t.node.node.node_id)).toEqual(["n3", "n1", "n2"]);
+    expect(overviewGroups([waiting, empty], "none", "down")).toEqual([]);
+  });
   it("finds nodes by any part of their hostname or id, in any case", () => {
     const named = [node("gpu-a17", []), node("gpu-b02", []), { ...node("x", []), hostname: "" }];
     expect(findNodes(named, " A1 ").map((n) => n.node_id)).toEqual(["gpu-a17"]);
@@ -232,5 +243,24 @@ describe("the cluster page's devices", () => {
     expect(screen.getByTestId("selected-group").textContent).toMatch(/Node pool: (train|serve)/);
     expect(screen.getByTestId("overview-count").dataset.nodes).toBe("48");
     expect(screen.getByTestId("overview").dataset.cells).toBe("384");
+  });
+  it("lists the nodes that have no device to show, and says why", () => {
+    const doc = columns();
+    doc.nodes.devices[0] = 0; // node-0 found none; its devices go to node-1
+    doc.nodes.devices[1] = 16;
+    doc.nodes.status[2] = "waiting";
+    doc.nodes.devices[2] = 0;
+    doc.nodes.devices[3] = 16;
+    render(<Devices columns={doc} metric="util" />);
+    fireEvent.click(screen.getByTestId("group-by-none"));
+    fireEvent.change(screen.getByTestId("node-search"), { target: { value: "node-0" } });
+    expect(screen.getByTestId("overview-count").dataset.nodes).toBe("1");
+    expect(screen.getByTestId("overview").dataset.nodes).toBe("0");
+    expect(screen.getByTestId("node-row").dataset.node).toBe("node-0");
+    expect(screen.getByTestId("no-devices").textContent).toBe("no devices reported");
+    fireEvent.change(screen.getByTestId("node-search"), { target: { value: "node-2" } });
+    const rows = screen.getAllByTestId("node-row").map((r) => r.dataset.node);
+    expect(rows[rows.length - 1]).toBe("node-2"); // after node-20 ... node-29, which have devices
+    expect(screen.getByTestId("no-devices").textContent).toBe("waiting for its first summary");
   });
 });

@@ -135,15 +135,19 @@ export function groupLabel(by: GroupBy, key: string): string {
   return by === "none" ? GROUP_NAMES.none : `${GROUP_NAMES[by]}: ${key || "none reported"}`;
 }
 
-// Nodes in the order: by their devices' ranks (compareCounts), then by name.
+// Nodes in the order: by their devices' ranks (compareCounts), nodes with no device to
+// show after the others, then by name.
 export function orderNodes(nodes: OverviewNode[]): OverviewNode[] {
   return [...nodes].sort((a, b) => compareCounts(a.counts, b.counts)
+    || Number(a.cells.length === 0) - Number(b.cells.length === 0)
     || (a.node.hostname || a.node.node_id).localeCompare(b.node.hostname || b.node.node_id,
                                                        undefined, { numeric: true }));
 }
 
 // The overview: nodes with a device the filter keeps, grouped, each group and node in the
 // order, each node's kept devices in it too. `only` keeps one group (the drill-down).
+// "all" keeps every node, those with no device too (waiting for their first summary,
+// unreachable with nothing kept, or with no device found), so none is missing from the list.
 export function overviewGroups(nodes: HeatNode[], by: GroupBy, focus: Focus | "all",
                                only: string | null = null): Group[] {
   const byKey = new Map<string, OverviewNode[]>();
@@ -151,7 +155,7 @@ export function overviewGroups(nodes: HeatNode[], by: GroupBy, focus: Focus | "a
     const key = groupKeyOf(node, by);
     if (only !== null && key !== only) continue;
     const kept = focus === "all" ? node.devices : node.devices.filter((c) => hasFocus(c, focus));
-    if (kept.length === 0) continue;
+    if (kept.length === 0 && focus !== "all") continue;
     const cells = [...kept].sort(byAttention);
     const entry = { node, cells, counts: rankCounts(node.devices) };
     const members = byKey.get(key);

@@ -47,6 +47,7 @@ function place(groups: Group[], width: number, cell: number, headed: boolean): L
       x += GROUP_GAP - NODE_GAP;
     }
     for (const node of group.nodes) {
+      if (node.cells.length === 0) continue; // listed below the canvas, nothing to paint
       const w = tileWidth(node, cell, inner);
       if (x > 0 && x + w > width) { x = 0; y += line; }
       tiles.push({ x, y, group: g, node });

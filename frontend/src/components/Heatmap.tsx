@@ -70,6 +70,11 @@ function Cell({ cell, node, metric, onOpen }: {
   );
 }
 
+// What a node row with no device says instead of its cells (its status is beside its name).
+function noDeviceText(status: string): string {
+  return status === "waiting" ? "waiting for its first summary" : "no devices reported";
+}
+
 export function Heatmap({ groups, metric, onOpen, height = 560 }: {
   groups: Group[]; metric: HeatMetric; onOpen: (nodeId: string) => void; height?: number;
 }) {
@@ -113,6 +118,11 @@ export function Heatmap({ groups, metric, onOpen, height = 560 }: {
                     <Cell key={cell.uuid} cell={cell} node={row.node} metric={metric}
                       onOpen={onOpen} />
                   ))}
+                  {row.node.devices.length === 0 && (
+                    <Typography variant="caption" color="text.secondary" data-testid="no-devices">
+                      {noDeviceText(row.node.status)}
+                    </Typography>
+                  )}
                 </>
               )}
             </Box>
