@@ -170,6 +170,16 @@ REASON_HW_SLOWDOWN = "hw_slowdown"
 REASON_SW_THERMAL_SLOWDOWN = "sw_thermal_slowdown"
 REASON_HW_THERMAL_SLOWDOWN = "hw_thermal_slowdown"
 REASON_HW_POWER_BRAKE_SLOWDOWN = "hw_power_brake_slowdown"
+# AMD's thermal limiters (amdsmi's violation status), which have no NVIDIA counterpart
+REASON_SOCKET_THERMAL = "socket_thermal"
+REASON_PROCHOT = "prochot"
+REASON_VR_THERMAL = "vr_thermal"
+REASON_HBM_THERMAL = "hbm_thermal"
+# The reasons that mean heat is holding a device's clocks down, on any vendor.
+THERMAL_THROTTLE_REASONS = (REASON_HW_THERMAL_SLOWDOWN, REASON_SW_THERMAL_SLOWDOWN,
+                            REASON_HW_SLOWDOWN, REASON_SOCKET_THERMAL, REASON_PROCHOT,
+                            REASON_VR_THERMAL, REASON_HBM_THERMAL)
+POWER_THROTTLE_REASONS = (REASON_SW_POWER_CAP, REASON_HW_POWER_BRAKE_SLOWDOWN)
 
 CATALOG: tuple[MetricSpec, ...] = (
     # Device activity

@@ -23,11 +23,10 @@ from .node_transfers import from_snapshot, from_summary
 from .shared_values import share, share_fact
 from .summary_shape import check_device
 
-# Throttle reasons that mean trouble (slowdowns), as opposed to idle or app clocks.
-HARMFUL_THROTTLE_REASONS = frozenset({
-    m.REASON_HW_SLOWDOWN, m.REASON_HW_THERMAL_SLOWDOWN, m.REASON_SW_THERMAL_SLOWDOWN,
-    m.REASON_HW_POWER_BRAKE_SLOWDOWN,
-})
+# Throttle reasons that mean trouble (slowdowns), as opposed to idle, app clocks or the
+# power cap a busy device runs at.
+HARMFUL_THROTTLE_REASONS = frozenset({*m.THERMAL_THROTTLE_REASONS,
+                                      m.REASON_HW_POWER_BRAKE_SLOWDOWN})
 
 
 def value(values: Mapping[str, list[dict[str, Any]]], metric: str,

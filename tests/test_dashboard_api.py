@@ -70,6 +70,20 @@ def test_findings_cover_every_kind(template):
     assert view.jobs[JOB]["idle_allocations"] == 1 and view.jobs[JOB]["actors"] == 2
 
 
+@pytest.mark.parametrize("reason", ["hbm_thermal", "socket_thermal", "prochot", "vr_thermal",
+                                    "hw_thermal_slowdown"])
+def test_a_device_held_down_by_heat_is_a_throttling_finding_on_any_vendor(template, reason):
+    doc = copy.deepcopy(template)
+    doc["attribution"]["node_id"] = node_id(1)
+    set_value(doc["devices"][5]["values"], "ray.accelerator.throttle.active",
+              {"reason": reason}, 1)
+    node = NodeState(node_id(1), "http://x", "host-1", data=reduce_snapshot(doc))
+    throttling = [f for f in build_view([node], refresh_s=5).findings
+                  if f["kind"] == "throttling"]
+    assert [(f["device_index"], f["details"]["reasons"]) for f in throttling] == [
+        ("5", [reason])]
+
+
 def test_a_lost_device_keeps_its_xid_and_ecc_findings(template):
     doc = copy.deepcopy(template)
     doc["taken_at"] = time.time()

@@ -17,6 +17,9 @@ import pytest
 import yaml
 from board_queries import THRESHOLDS
 
+from ray_accel.exporter.backends.amd.probes import VIOLATIONS as AMD_VIOLATIONS
+from ray_accel.exporter.backends.amd.xcp import DEVICE_RESIDENCY as AMD_RESIDENCY
+from ray_accel.exporter.backends.gaudi.probes import THROTTLE_REASONS as GAUDI_THROTTLE_REASONS
 from ray_accel.exporter.backends.nvidia.probes import THROTTLE_REASONS
 from ray_accel.exporter.cli import main as cli_main
 from ray_accel.grafana import generate
@@ -165,10 +168,17 @@ def test_bad_cli_input_writes_nothing(tmp_path):
     assert not out.exists()
 
 
-def test_throttle_reasons_are_ones_the_nvidia_backend_reports():
-    reported = {name for _, name in THROTTLE_REASONS}
-    assert set(alert_rules.THERMAL_REASONS) <= reported
-    assert set(alert_rules.POWER_REASONS) <= reported
+def test_every_throttle_reason_a_backend_reports_is_judged_or_known_harmless():
+    reported = {name for table in (THROTTLE_REASONS, AMD_VIOLATIONS, AMD_RESIDENCY,
+                                   GAUDI_THROTTLE_REASONS) for _, name in table}
+    judged = set(alert_rules.THERMAL_REASONS) | set(alert_rules.POWER_REASONS)
+    assert judged <= reported
+    # clocks held by the device being idle or by its settings, not by heat or power
+    harmless = {"gpu_idle", "applications_clocks_setting", "sync_boost",
+                "display_clock_setting"}
+    assert reported - judged == harmless
+    assert {"socket_thermal", "prochot", "vr_thermal", "hbm_thermal"} <= set(
+        alert_rules.THERMAL_REASONS)
 
 
 def test_annotation_templates_are_predictable():

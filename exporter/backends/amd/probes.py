@@ -26,10 +26,10 @@ MICRO = 1e-6
 # NVIDIA counterpart and keep AMD's names.
 VIOLATIONS: tuple[tuple[str, str], ...] = (
     ("ppt_pwr", m.REASON_SW_POWER_CAP),
-    ("socket_thrm", "socket_thermal"),
-    ("prochot_thrm", "prochot"),
-    ("vr_thrm", "vr_thermal"),
-    ("hbm_thrm", "hbm_thermal"),
+    ("socket_thrm", m.REASON_SOCKET_THERMAL),
+    ("prochot_thrm", m.REASON_PROCHOT),
+    ("vr_thrm", m.REASON_VR_THERMAL),
+    ("hbm_thrm", m.REASON_HBM_THERMAL),
 )
 TEMPERATURE_SENSORS: tuple[tuple[str, str], ...] = (
     ("edge", "EDGE"), ("hotspot", "HOTSPOT"), ("memory", "VRAM"))

@@ -40,10 +40,10 @@ BUSY = "xcp_stats.gfx_busy_inst"
 # device-level residency accumulator -> throttle reason (as amdsmi's violation status names)
 DEVICE_RESIDENCY: tuple[tuple[str, str], ...] = (
     ("ppt_residency_acc", m.REASON_SW_POWER_CAP),
-    ("socket_thm_residency_acc", "socket_thermal"),
-    ("prochot_residency_acc", "prochot"),
-    ("vr_thm_residency_acc", "vr_thermal"),
-    ("hbm_thm_residency_acc", "hbm_thermal"),
+    ("socket_thm_residency_acc", m.REASON_SOCKET_THERMAL),
+    ("prochot_residency_acc", m.REASON_PROCHOT),
+    ("vr_thm_residency_acc", m.REASON_VR_THERMAL),
+    ("hbm_thm_residency_acc", m.REASON_HBM_THERMAL),
 )
 # per-XCC accumulator -> reason its graphics clock was below the host limit
 XCC_RESIDENCY: tuple[tuple[str, str], ...] = (

@@ -41,6 +41,11 @@ def _throttled(device: dict[str, str], reason: str, other: str) -> Subject:
     return build
 
 
+def _either(first: Cases, second: Cases) -> Cases:
+    """The firing cases and near misses of both."""
+    return first[0] + second[0], first[1] + second[1]
+
+
 def _xid_error(config: AlertConfig) -> Rule:
     t, device = config.thresholds, on(DEVICE, config.agent_job)
     xid, window = metric(m.XID_ERRORS), duration(t.xid_window)
@@ -230,7 +235,9 @@ def _thermal_throttling(config: AlertConfig) -> Rule:
                     f"{duration(t.thermal_throttle_for)}.",
         runbook=Runbook(
             meaning="The device lowers its clocks to protect itself from heat (or, for "
-                    "`hw_slowdown`, from a hardware protection signal). Work on it runs "
+                    "`hw_slowdown`, from a hardware protection signal; on AMD GPUs the "
+                    "limiter is named: `socket_thermal`, `vr_thermal` for the voltage "
+                    "regulators, `hbm_thermal` for the memory, `prochot`). Work on it runs "
                     "slower, and in a multi-GPU job every other rank waits for it.",
             causes=("Cooling: a failed fan, blocked airflow, a hot aisle, a liquid-cooling "
                     "fault.",
@@ -239,13 +246,18 @@ def _thermal_throttling(config: AlertConfig) -> Rule:
                     "supply protection."),
             checks=("The device health board: temperature, clocks vs maximum, and "
                     "throttle reasons for this device and its neighbours.",
-                    "`nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i <index>`; the BMC's "
+                    "`nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i <index>` (AMD: "
+                    "`amd-smi metric --temperature -g <index>`); the BMC's "
                     "fan and inlet readings."),
             tuning="Raise `thermal_throttle_for` to ignore short spikes."),
         thresholds=("thermal_throttle_for",),
-        **split(sustained(t.thermal_throttle_for,
-                   _throttled(device, m.REASON_HW_THERMAL_SLOWDOWN, m.REASON_GPU_IDLE),
-                   bad=1, good=0, near=0)),
+        **split(_either(
+            sustained(t.thermal_throttle_for,
+                      _throttled(device, m.REASON_HW_THERMAL_SLOWDOWN, m.REASON_GPU_IDLE),
+                      bad=1, good=0, near=0),
+            sustained(t.thermal_throttle_for,  # an AMD GPU's own limiter
+                      _throttled(device, m.REASON_HBM_THERMAL, m.REASON_SW_POWER_CAP),
+                      bad=1, good=0))),
     )
 
 
