@@ -17,7 +17,17 @@ from typing import Any
 
 from . import findings as findings_of
 from . import transfers_view
-from .findings import DOWN, OK, SEVERITIES, STALE, WARNING, Finding, device_findings, device_health
+from .findings import (
+    DOWN,
+    OK,
+    SEVERITIES,
+    STALE,
+    WARNING,
+    Finding,
+    device_findings,
+    device_health,
+    is_hot,
+)
 from .heatmap_columns import RowColumns, row_columns
 from .json_encode import encode_compact
 from .node_state import NODE_STATUSES, NodeState
@@ -135,6 +145,7 @@ def _heat_cell(device: dict[str, Any], health: str) -> dict[str, Any]:
             "mem": _round(_ratio(device["memory_used_bytes"], device["memory_total_bytes"]), 3),
             "power": _round(device["power_watts"], 1),
             "temp": _round(device["temperature_celsius"], 1),
+            "hot": health != DOWN and is_hot(device),
             "allocated": bool(device["holders"]),
             "idle": any(h["idle"] for h in device["holders"]),
             "spinning": any(h["spinning"] for h in device["holders"]) or bool(device["spinning"]),

@@ -23,6 +23,12 @@ DOWN, STALE, WARNING, OK = "down", "stale", "warning", "ok"
 # A lower PCIe generation than the maximum only counts as downtrained on a busy device:
 # an idle device drops its link speed to save power (grafana/thresholds.py uses the same).
 PCIE_BUSY_UTILIZATION = 0.10
+# A device at or above this on its die's sensor (an AMD GPU's edge sensor) counts as hot.
+HOT_CELSIUS = 85.0
+# A hotspot sensor (AMD MI300 and later have no edge sensor) reads hotter than the die's
+# average, by more on a busy GPU; such a device counts as hot when its limiters say so.
+_LIMITER_ONLY_SENSORS = frozenset({"hotspot"})
+_THERMAL_REASONS = frozenset(m.THERMAL_THROTTLE_REASONS)
 
 
 class Finding(TypedDict):
@@ -165,6 +171,16 @@ def device_findings(node: NodeState, device: dict[str, Any]) -> list[Finding]:
                               holders=[h["ray_actor_id"] or h["pid"] for h in device["holders"]]))
     found += _holder_findings(node, device, name)
     return found
+
+
+def is_hot(device: Mapping[str, Any]) -> bool:
+    """Heat holds the device's clocks down (its own limiter says so), or its die reads
+    HOT_CELSIUS or more."""
+    if not _THERMAL_REASONS.isdisjoint(device["throttle_reasons"]):
+        return True
+    temperature = device["temperature_celsius"]
+    return (temperature is not None and temperature >= HOT_CELSIUS
+            and device["temperature_sensor"] not in _LIMITER_ONLY_SENSORS)
 
 
 def device_health(device: dict[str, Any], findings: list[Finding], node_status: str) -> str:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # aggregate.py makes each node's share with row_columns()
 # Device health by code; the code is the index.
 HEALTH_CODES = (OK, WARNING, STALE, DOWN)
 # Bits of the `flags` column.
-ALLOCATED, IDLE, SPINNING = 1, 2, 4
+ALLOCATED, IDLE, SPINNING, HOT = 1, 2, 4, 8
+FLAG_BITS = {"allocated": ALLOCATED, "idle": IDLE, "spinning": SPINNING, "hot": HOT}
 # The placement keys the tab groups nodes by (exporter/placement.py).
 GROUP_KEYS = ("nvlink_domain", "rack", "zone", "node_pool")
 ENCODED_KEY = "heatmap.columns"
@@ -34,7 +35,7 @@ GZIP_KEY = "heatmap.columns.gzip"
 
 def _flags(cell: dict[str, Any]) -> int:
     return ((ALLOCATED if cell["allocated"] else 0) | (IDLE if cell["idle"] else 0)
-            | (SPINNING if cell.get("spinning") else 0))
+            | (SPINNING if cell.get("spinning") else 0) | (HOT if cell.get("hot") else 0))
 
 
 def _placement(view: ClusterView, node_id: str) -> dict[str, str]:
@@ -67,7 +68,7 @@ def columns_document(view: ClusterView) -> dict[str, Any]:
     }
     return {"generated_at": view.generated_at, "form": "columns",
             "health": list(HEALTH_CODES), "models": list(models),
-            "flags": {"allocated": ALLOCATED, "idle": IDLE, "spinning": SPINNING},
+            "flags": FLAG_BITS,
             "nodes": nodes, "devices": devices}
 
 
@@ -143,7 +144,7 @@ def _assembled(view: ClusterView, pause: Callable[[], None]) -> bytes:
                  for name in DEVICE_COLUMNS[1:])]
     head = json.dumps({"generated_at": view.generated_at, "form": "columns",
                        "health": list(HEALTH_CODES), "models": models,
-                       "flags": {"allocated": ALLOCATED, "idle": IDLE, "spinning": SPINNING}},
+                       "flags": FLAG_BITS},
                       separators=(",", ":"), allow_nan=False)[:-1]
     return f'{head},"nodes":{{{nodes}}},"devices":{{{",".join(devices)}}}}}'.encode()
 

@@ -46,13 +46,14 @@ def value(values: Mapping[str, list[dict[str, Any]]], metric: str,
 DEVICE_TEMPERATURE_SENSORS = ("gpu", "edge", "hotspot")
 
 
-def _temperature(values: Mapping[str, list[dict[str, Any]]]) -> float | None:
-    """The device's temperature from the first of DEVICE_TEMPERATURE_SENSORS it reports."""
+def _temperature(values: Mapping[str, list[dict[str, Any]]]) -> tuple[float | None, str]:
+    """The device's temperature from the first of DEVICE_TEMPERATURE_SENSORS it reports, and
+    that sensor's name (None and "" where it reports none)."""
     for sensor in DEVICE_TEMPERATURE_SENSORS:
         found = value(values, m.TEMPERATURE, sensor=sensor)
         if found is not None:
-            return found
-    return None
+            return found, sensor
+    return None, ""
 
 
 def _number(number: Any) -> float | None:
@@ -153,6 +154,7 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
     errors = by_label(values, m.HW_ERRORS, "error_type")
     xid = by_label(values, m.XID_ERRORS, "xid")
     holders = [_holder(h) for h in doc.get("holders") or ()]
+    temperature, sensor = _temperature(values)
     return {
         "uuid": str(doc.get("uuid", "")),
         "index": str(doc.get("index", "")),
@@ -180,7 +182,8 @@ def _device(doc: Mapping[str, Any]) -> dict[str, Any]:
         "memory_total_bytes": value(values, m.MEMORY_LIMIT),
         "power_watts": value(values, m.POWER),
         "power_limit_watts": value(values, m.POWER_LIMIT),
-        "temperature_celsius": _temperature(values),
+        "temperature_celsius": temperature,
+        "temperature_sensor": sensor,
         "sm_clock_hz": value(values, m.CLOCK_FREQUENCY, clock=m.CLOCK_SM),
         "sm_clock_max_hz": value(values, m.CLOCK_MAX_FREQUENCY, clock=m.CLOCK_SM),
         "throttle_reasons": sorted(r for r, v in throttle.items() if v >= 1),

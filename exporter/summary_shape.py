@@ -90,7 +90,7 @@ _IDENTITY: dict[str, Kind] = {**dict.fromkeys(m.RAY_LABELS, _TEXT), "pid": _INTE
 # Each device field the summary's writer (exporter/sinks/summary.py) may send, and its kind.
 DEVICE = _Record({
     **dict.fromkeys(("uuid", "index", "vendor", "model", "pci_bus_id", "parent_uuid",
-                     "nvlink_domain"), _TEXT),
+                     "nvlink_domain", "temperature_sensor"), _TEXT),
     **dict.fromkeys(("up", "stale"), _FLAG),
     "collective_suspected_stall": frozenset({bool, type(None)}),
     **dict.fromkeys(("age_s", "utilization", "memory_bandwidth_utilization",

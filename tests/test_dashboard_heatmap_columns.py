@@ -15,6 +15,7 @@ import time
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from doctored_nodes import set_value
 
 from ray_accel.dashboard_module.aggregate import NodeState, build_view, heatmap_body
 from ray_accel.dashboard_module.api import AcceleratorsApi
@@ -25,6 +26,7 @@ from ray_accel.dashboard_module.fleet_agents import template_document, with_devi
 from ray_accel.dashboard_module.heatmap_columns import (
     ALLOCATED,
     HEALTH_CODES,
+    HOT,
     IDLE,
     columns_body,
     columns_document,
@@ -161,3 +163,42 @@ def test_the_columns_form_is_gzipped_for_a_client_that_accepts_it(template):
 ])
 def test_accept_encoding_weights_decide_gzip(header, accepted):
     assert accepts_gzip(header) is accepted
+
+
+def test_hot_is_heat_holding_the_clocks_or_a_hot_die_never_a_hotspot_reading(template):
+    doc = fleet_member(template, 0)
+    doc["taken_at"] = time.time()
+    devices = doc["devices"]
+
+    def temperature(device: int, celsius: float, sensor: str = "gpu") -> None:
+        devices[device]["values"]["hw.temperature"] = [
+            {"labels": {"sensor": sensor}, "value": celsius}]
+
+    for device in range(8):
+        temperature(device, 60)
+    temperature(0, 85)  # the die at the line
+    temperature(1, 84.5)
+    set_value(devices[2]["values"], "ray.accelerator.throttle.active",
+              {"reason": "hw_thermal_slowdown"}, 1)  # held down by heat at 60 °C
+    temperature(3, 97, "hotspot")  # an MI300's busy hotspot: not hot on its own
+    temperature(4, 97, "hotspot")
+    set_value(devices[4]["values"], "ray.accelerator.throttle.active",
+              {"reason": "hbm_thermal"}, 1)  # ... unless its limiter says so
+    set_value(devices[5]["values"], "ray.accelerator.throttle.active",
+              {"reason": "sw_power_cap"}, 1)  # power, not heat
+    temperature(6, 80, "edge")
+    view = build_view([NodeState(node_id(0), "http://x", "host-0",
+                                 data=reduce_snapshot(copy.deepcopy(doc)))], refresh_s=5)
+    hot = [cell["index"] for cell in view.heatmap[0]["devices"] if cell["hot"]]
+    assert sorted(hot) == ["0", "2", "4"]
+    for encoded in (columns_document(view), json.loads(columns_body(view))):
+        flags = dict(zip(encoded["devices"]["index"], encoded["devices"]["flags"], strict=True))
+        assert sorted(i for i, f in flags.items() if f & encoded["flags"]["hot"]) == ["0", "2", "4"]
+        assert encoded["flags"]["hot"] == HOT
+    down = fleet_member(with_device_down(template, 0), 1)
+    down["taken_at"] = time.time()
+    down["devices"][0]["values"]["hw.temperature"] = [
+        {"labels": {"sensor": "gpu"}, "value": 95}]
+    view = build_view([NodeState(node_id(1), "http://x", "host-1",
+                                 data=reduce_snapshot(down))], refresh_s=5)
+    assert [cell["hot"] for cell in view.heatmap[0]["devices"] if cell["index"] == "0"] == [False]

@@ -42,7 +42,7 @@ DEVICE_FIELDS: dict[str, float | None] = {
     "uuid": None, "index": None, "vendor": None, "model": None, "up": None, "stale": None,
     "utilization": 0.001, "memory_used_bytes": float(2**20), "memory_total_bytes": None,
     "power_watts": 1.0, "power_limit_watts": None, "temperature_celsius": 1.0,
-    "throttle_reasons": None, "pcie": None, "ecc_uncorrected": None,
+    "temperature_sensor": None, "throttle_reasons": None, "pcie": None, "ecc_uncorrected": None,
     "row_remap_pending": None, "row_remap_failure": None, "xid_errors": None,
     "fabric": None, "holders": None, "processes": None, "allocated": None, "spinning": None,
     "collective_suspected_stall": None,

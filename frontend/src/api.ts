@@ -38,6 +38,7 @@ export interface HeatCell {
   uuid: string; index: string; model: string; health: Health; util: number | null;
   mem: number | null; power: number | null; temp: number | null; allocated: boolean;
   idle: boolean; act?: Activity; spinning?: boolean;
+  hot?: boolean; // held down by heat, or its die at 85 °C or more (the head judges)
 }
 
 export interface HeatNode {

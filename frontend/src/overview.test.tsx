@@ -5,7 +5,7 @@ import { DeviceOverview, canvasFill } from "./components/DeviceOverview";
 import { GroupList } from "./components/GroupList";
 import { HEALTH_COLORS } from "./format";
 import {
-  HOT_CELSIUS, attentionRank, decodeColumns, findNodes, focusCounts, overviewGroups,
+  attentionRank, decodeColumns, findNodes, focusCounts, overviewGroups,
   type HeatColumns,
 } from "./overview";
 import { MAX_CELL, MIN_CELL, READABLE_CELL, hitTest, layoutOverview } from "./overviewLayout";
@@ -32,13 +32,13 @@ describe("the columns form", () => {
   it("decodes into nodes with their cells, flags and placement", () => {
     const doc: HeatColumns = {
       generated_at: 1, form: "columns", health: ["ok", "warning", "stale", "down"],
-      models: ["NVIDIA H200", "MI300X"], flags: { allocated: 1, idle: 2, spinning: 4 },
+      models: ["NVIDIA H200", "MI300X"], flags: { allocated: 1, idle: 2, spinning: 4, hot: 8 },
       nodes: { node_id: ["a", "b"], hostname: ["ha", "hb"], status: ["ok", "stale"],
                devices: [2, 1], nvlink_domain: ["d1", ""], rack: ["r1", "r2"],
                zone: ["z", "z"], node_pool: ["train", "serve"] },
       devices: { index: ["0", "1", "0"], model: [0, 0, 1], health: [0, 3, 2],
                  util: [0.9, null, 0.1], mem: [0.5, null, 0.2], power: [600, null, 90],
-                 temp: [70, null, 40], flags: [3, 0, 5] },
+                 temp: [70, null, 40], flags: [3, 0, 13] },
     };
     const [a, b] = decodeColumns(doc);
     expect(a.placement).toEqual({ nvlink_domain: "d1", rack: "r1", zone: "z", node_pool: "train" });
@@ -46,7 +46,8 @@ describe("the columns form", () => {
       .toEqual([["0", "ok", 0.9, true, true], ["1", "down", null, false, false]]);
     expect(b.devices).toHaveLength(1);
     expect(b.devices[0]).toMatchObject({ model: "MI300X", health: "stale", spinning: true,
-                                         allocated: true, idle: false });
+                                         allocated: true, idle: false, hot: true });
+    expect(a.devices.map((c) => c.hot)).toEqual([false, false]);
   });
 });
 
@@ -56,20 +57,21 @@ describe("the order of attention", () => {
       cell(0, { health: "down", util: null, temp: null }),
       cell(1, { spinning: true }),
       cell(2, { allocated: true, idle: true }),
-      cell(3, { temp: HOT_CELSIUS }),
+      cell(3, { hot: true }),
       cell(4, { health: "stale" }),
       cell(5, { health: "warning" }),
       cell(6),
     ].map(attentionRank);
     expect(ranks).toEqual([0, 1, 2, 3, 4, 5, 6]);
-    expect(attentionRank(cell(7, { temp: HOT_CELSIUS - 1 }))).toBe(6);
+    expect(attentionRank(cell(7, { temp: 99 }))).toBe(6); // the head judges heat, not the page
+    expect(attentionRank(cell(8, { hot: true, health: "down" }))).toBe(0);
   });
   it("orders groups, nodes and each node's devices by it", () => {
     const nodes = [
       calm("quiet", { rack: "r1" }, 0.2),
       calm("busy", { rack: "r1" }, 0.9),
       node("spinner", [cell(0), cell(1, { spinning: true })], { rack: "r2" }),
-      node("lost", [cell(0), cell(1, { temp: 90 }), cell(2, { health: "down", util: null })],
+      node("lost", [cell(0), cell(1, { temp: 90, hot: true }), cell(2, { health: "down", util: null })],
            { rack: "r3" }),
       node("twice", [cell(0, { spinning: true }), cell(1, { spinning: true })], { rack: "r2" }),
     ];

@@ -9,7 +9,7 @@ export interface HeatColumns {
   form: "columns";
   health: Health[];
   models: string[];
-  flags: { allocated: number; idle: number; spinning: number };
+  flags: { allocated: number; idle: number; spinning: number; hot?: number };
   nodes: {
     node_id: string[]; hostname: string[]; status: string[]; devices: number[];
     nvlink_domain: string[]; rack: string[]; zone: string[]; node_pool: string[];
@@ -43,6 +43,7 @@ export function decodeColumns(doc: HeatColumns): HeatNode[] {
         health: doc.health[d.health[at]], util: d.util[at], mem: d.mem[at], power: d.power[at],
         temp: d.temp[at], allocated: (flags & doc.flags.allocated) !== 0,
         idle: (flags & doc.flags.idle) !== 0, spinning: (flags & doc.flags.spinning) !== 0,
+        hot: (flags & (doc.flags.hot ?? 0)) !== 0,
       });
     }
     nodes.push({
@@ -55,10 +56,6 @@ export function decodeColumns(doc: HeatColumns): HeatNode[] {
   return nodes;
 }
 
-// A device at or above this temperature counts as hot: one fixed line for the overview's
-// order and filter (the heatmap does not carry each device's own slowdown threshold).
-export const HOT_CELSIUS = 85;
-
 // What needs attention, most first: the one order of the overview, its groups and lists.
 export const FOCUSES = ["down", "spinning", "idle", "hot", "stale", "warning"] as const;
 export type Focus = (typeof FOCUSES)[number];
@@ -69,7 +66,7 @@ export const FOCUS_NAMES: Record<Focus | "all", string> = {
 const CALM = FOCUSES.length; // the rank of a device that needs nothing
 
 export function isHot(cell: HeatCell): boolean {
-  return cell.health !== "down" && cell.temp != null && cell.temp >= HOT_CELSIUS;
+  return cell.health !== "down" && !!cell.hot;
 }
 
 export function hasFocus(cell: HeatCell, focus: Focus): boolean {
