@@ -67,6 +67,32 @@ def test_slots_by_uuid_and_uuid_prefix_including_mig():
     assert mapping == {("GPU", 0): "MIG-2222-bbbb", ("GPU", 1): "GPU-1111-aaaa"}
 
 
+# Eight GPUs of a host, host index i on PCI bus 0x10 * (8 - i): index order is not bus order.
+HOST = [Device("nvidia", str(i), f"GPU-{i}{i}{i}{i}-cccc", "H200",
+               pci_bus_id=f"00000000:{0x10 * (8 - i):02X}:00.0") for i in range(8)]
+
+
+def test_a_container_given_some_gpus_numbers_them_from_0_in_bus_order():
+    # NVIDIA's device plugin gave the Ray container host GPUs 5, 2 and 6 (by UUID)
+    given = ("GPU-5555-cccc", "GPU-2222-cccc", "GPU-6666-cccc")
+    mapping = slot_devices(HOST, {"NVIDIA_VISIBLE_DEVICES": given, "CUDA_VISIBLE_DEVICES": None})
+    # the container's GPU 0 is the one lowest on the bus: host GPU 6
+    assert mapping == {("GPU", 0): "GPU-6666-cccc", ("GPU", 1): "GPU-5555-cccc",
+                       ("GPU", 2): "GPU-2222-cccc"}
+    # Ray's own list inside the container counts in the container's numbers
+    mapping = slot_devices(HOST, {"NVIDIA_VISIBLE_DEVICES": ("2", "5", "6"),
+                                  "CUDA_VISIBLE_DEVICES": ("2", "0", "7")})
+    assert mapping == {("GPU", 0): "GPU-2222-cccc", ("GPU", 1): "GPU-6666-cccc"}
+    assert slot_devices(HOST, {"NVIDIA_VISIBLE_DEVICES": ("void",)}) == {}
+
+
+@pytest.mark.parametrize("given", [("all",), ("/var/run/nvidia-container-devices",),
+                                   ("GPU-2222-cccc", "GPU-from-another-host")])
+def test_a_container_list_that_names_no_gpus_here_leaves_the_hosts_indices(given):
+    mapping = slot_devices(HOST, {"NVIDIA_VISIBLE_DEVICES": given, "CUDA_VISIBLE_DEVICES": None})
+    assert mapping == {("GPU", i): f"GPU-{i}{i}{i}{i}-cccc" for i in range(8)}
+
+
 def test_fractional_holders_share_a_device():
     a, b = RayIdentity(10, actor_id="a"), RayIdentity(11, actor_id="b")
     holders = assign_holders(GPUS, {}, [Grant(b, "GPU", 2, 0.5), Grant(a, "GPU", 2, 0.5),

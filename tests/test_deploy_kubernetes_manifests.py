@@ -9,14 +9,18 @@ The sidecar's command line is parsed by `ray-accel`'s own parser.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 from kubernetes.client import models as k8s
+from prometheus_server import PrometheusServer, free_port
 
 from ray_accel.exporter.cli import build_parser
+from ray_accel.grafana.alerts.recording import GROUP_LABELS
+from ray_accel.grafana.alerts.rules import DEFAULT_AGENT_JOB
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "deploy" / "kubernetes"
@@ -66,6 +70,22 @@ RAY_CLUSTER_SCHEMA = {
         },
     },
 }
+_LABEL_NAME = {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_]*$"}
+# The Prometheus Operator's RelabelConfig.
+_RELABELING = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "sourceLabels": {"type": "array", "items": _LABEL_NAME},
+        "separator": {"type": "string"},
+        "targetLabel": {"type": "string"},
+        "regex": {"type": "string"},
+        "modulus": {"type": "integer"},
+        "replacement": {"type": "string"},
+        "action": {"enum": ["replace", "keep", "drop", "hashmod", "labelmap", "labeldrop",
+                            "labelkeep", "lowercase", "uppercase", "keepequal", "dropequal"]},
+    },
+}
 POD_MONITOR_SCHEMA = {
     "type": "object",
     "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -92,6 +112,7 @@ POD_MONITOR_SCHEMA = {
                             "path": {"type": "string", "pattern": "^/"},
                             "interval": {"type": "string", "pattern": r"^[0-9]+(ms|s|m|h)$"},
                             "honorLabels": {"type": "boolean"},
+                            "relabelings": {"type": "array", "items": _RELABELING},
                             "authorization": {
                                 "type": "object",
                                 "required": ["type", "credentials"],
@@ -166,8 +187,15 @@ def test_every_pod_runs_the_agent_sidecar_with_valid_arguments(ray_cluster):
         assert args.host == "0.0.0.0", group  # reachable on the pod IP, which it registers
         (port,) = [p for p in sidecar["ports"] if p["name"] == METRICS_PORT_NAME]
         assert port["containerPort"] == args.port, group
-        probe = sidecar["readinessProbe"]["httpGet"]
-        assert (probe["path"], probe["port"]) == ("/healthz", METRICS_PORT_NAME), group
+        # /healthz restarts a stopped agent; it must not take the Ray pod out of service
+        assert "readinessProbe" not in sidecar, group
+        for kind in ("startupProbe", "livenessProbe"):
+            probe = sidecar[kind]["httpGet"]
+            assert (probe["path"], probe["port"]) == ("/healthz", METRICS_PORT_NAME), group
+        security = k8s.V1SecurityContext.model_validate(sidecar["securityContext"])
+        assert security.run_as_non_root and security.read_only_root_filesystem, group
+        assert security.allow_privilege_escalation is False, group
+        assert security.capabilities.drop == ["ALL"], group
         # GPUs are the Ray container's to request; the sidecar only looks at them.
         assert "nvidia.com/gpu" not in str(sidecar.get("resources", {})), group
 
@@ -235,3 +263,29 @@ def test_the_schemas_catch_mistakes(ray_cluster):
     typo["spec"]["containers"][1]["readinesProbe"] = {}
     with pytest.raises(ValueError, match="readinesProbe"):
         k8s.V1PodTemplateSpec.model_validate(typo)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def test_pod_monitor_targets_carry_the_job_and_cluster_the_rules_and_boards_select(
+        pod_monitor, ray_cluster, tmp_path):
+    name, cluster = pod_monitor["metadata"]["name"], ray_cluster["metadata"]["name"]
+    (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
+    # The scrape job the Prometheus Operator writes for the PodMonitor: its own rule naming
+    # the job <namespace>/<name>, then the endpoint's relabelings; a pod's labels as
+    # Kubernetes discovery gives them.
+    relabel = [{"target_label": "job", "replacement": f"default/{name}"},
+               *({_snake(k): v for k, v in rule.items()} for rule in endpoint["relabelings"])]
+    config = {"scrape_configs": [{
+        "job_name": f"podMonitor/default/{name}/0", "scrape_interval": "1h",
+        "static_configs": [{"targets": [f"127.0.0.1:{free_port()}"], "labels": {
+            "__meta_kubernetes_namespace": "default",
+            "__meta_kubernetes_pod_label_ray_io_cluster": cluster}}],
+        "relabel_configs": relabel}]}
+    with PrometheusServer(yaml.safe_dump(config), tmp_path) as prometheus:
+        (target,) = prometheus.wait_until(prometheus.targets, "the sidecar's target")
+    assert target["labels"]["job"] == DEFAULT_AGENT_JOB
+    assert "ray_io_cluster" in GROUP_LABELS  # the recording rules' (and boards') cluster
+    assert target["labels"]["ray_io_cluster"] == cluster

@@ -24,6 +24,7 @@ VISIBLE_DEVICE_VARIABLES = (
     "NEURON_RT_VISIBLE_CORES",
     "TPU_VISIBLE_CHIPS",
     "HABANA_VISIBLE_MODULES",
+    "NVIDIA_VISIBLE_DEVICES",  # the container's GPUs (exporter/attribution/slots.py)
 )
 
 

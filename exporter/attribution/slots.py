@@ -8,6 +8,13 @@ physical device i. Ray's "neuron_cores" slots are NeuronCores: slot i is the i-t
 core of the raylet's NEURON_RT_VISIBLE_CORES (ranges such as "0-3" expanded), or
 core i with it unset. Ray's "HPU" slots are Gaudi module ids (HABANA_VISIBLE_MODULES
 lists module ids, not HLML indices), matched on the device's `module_id` fact.
+
+In a container (a KubeRay pod given some of a node's GPUs) the raylet sees only
+the GPUs the NVIDIA runtime gave it, numbered from 0 in PCI bus order, while the
+agent beside it may see every GPU of the host. The raylet's NVIDIA_VISIBLE_DEVICES
+names those GPUs (UUIDs, or host indices): its indices then count among them.
+"all", or a value that names no GPU this way (a device-list file's path), leaves
+indices as the host's.
 """
 
 from __future__ import annotations
@@ -25,6 +32,11 @@ VENDOR_RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "aws": ("neuron_cores", ("NEURON_RT_VISIBLE_CORES",)),
     "intel": ("HPU", ("HABANA_VISIBLE_MODULES",)),
 }
+# vendor -> the container runtime's variable in the raylet's environment naming the
+# host devices its container was given.
+CONTAINER_DEVICES: dict[str, str] = {"nvidia": "NVIDIA_VISIBLE_DEVICES"}
+# Its values that give a container no device.
+NO_CONTAINER_DEVICES = frozenset({"none", "void"})
 # Vendors whose visible lists name devices by the device fact given here, not by index:
 # NeuronCores (sub-devices; lists may hold ranges, "0-3,6"), Gaudi module ids.
 SLOT_FACTS: dict[str, str] = {"aws": "neuroncore", "intel": "module_id"}
@@ -41,16 +53,39 @@ def _expand_ranges(entries: Sequence[str]) -> tuple[str, ...]:
     return tuple(expanded)
 
 
-def _match(entry: str, devices: Sequence[Device], fact: str = "") -> Device | None:
+def _match(entry: str, devices: Sequence[Device], fact: str = "",
+           numbered: Sequence[Device] | None = None) -> Device | None:
+    """The device `entry` names: by `fact`, by UUID (or a unique prefix of one), or by
+    index, a position in `numbered` where given, else the device's own index."""
     entry = entry.strip()
     if fact:
         return next((d for d in devices if d.facts.get(fact) == entry), None)
     if entry.isdigit():
+        if numbered is not None:
+            return numbered[int(entry)] if int(entry) < len(numbered) else None
         return next((d for d in devices if not d.parent_uuid and d.index == entry), None)
     matches = [d for d in devices if d.uuid == entry] or [
         d for d in devices if d.uuid.startswith(entry)
     ]
     return matches[0] if len(matches) == 1 else None
+
+
+def _container_devices(vendor: str, devices: Sequence[Device],
+                       visible: Mapping[str, tuple[str, ...] | None]) -> list[Device] | None:
+    """The whole devices the raylet's container was given, in the order it numbers them
+    (PCI bus order); None where it was given all of them or the list names none."""
+    variable = CONTAINER_DEVICES.get(vendor)
+    entries = visible.get(variable) if variable else None
+    if entries is None or "all" in entries:
+        return None
+    if not entries or NO_CONTAINER_DEVICES.intersection(entries):
+        return []
+    whole = [d for d in devices if not d.parent_uuid]
+    given = [_match(entry, whole) for entry in entries]
+    if any(device is None for device in given):
+        return None  # a path, a MIG instance, a GPU not here: the host's indices stand
+    return sorted({d.uuid: d for d in given if d is not None}.values(),
+                  key=lambda d: d.pci_bus_id.lower())
 
 
 def _visible_list(visible: Mapping[str, tuple[str, ...] | None],
@@ -71,15 +106,16 @@ def slot_devices(devices: Sequence[Device],
         if not vendor_devices:
             continue
         fact = SLOT_FACTS.get(vendor, "")
+        container = _container_devices(vendor, vendor_devices, visible)
         entries = _visible_list(visible, variables)
         if entries is None:
-            slotted = [d for d in vendor_devices
-                       if (fact in d.facts if fact else not d.parent_uuid)]
+            slotted = container if container is not None else [
+                d for d in vendor_devices if (fact in d.facts if fact else not d.parent_uuid)]
             entries = tuple(str(i) for i in range(len(slotted)))
         elif fact:
             entries = _expand_ranges(entries)
         for slot, entry in enumerate(entries):
-            device = _match(entry, vendor_devices, fact)
+            device = _match(entry, vendor_devices, fact, container)
             if device is not None:
                 mapping.setdefault((resource, slot), device.uuid)
     return mapping
