@@ -516,7 +516,7 @@ class Collector:
         body = await self._snapshot_body(node)
         data = await asyncio.get_running_loop().run_in_executor(self._detail_parser, _reduced,
                                                                 body)
-        data["node_id"] = data["node_id"] or node.node_id
+        _own_node(node, data)
         return data
 
     async def _fetch_snapshot(self, node: NodeState, stats: RoundStats,
@@ -534,7 +534,7 @@ class Collector:
 
     @staticmethod
     def _replace_data(node: NodeState, data: dict[str, Any], etag: str, detailed: bool) -> None:
-        data["node_id"] = data["node_id"] or node.node_id
+        _own_node(node, data)
         node.data, node.etag, node.detailed = data, etag, detailed
         node.data_version += 1
 
@@ -560,6 +560,18 @@ def _let_the_loop_run() -> None:
     rebuild in the parsing thread holds it for up to the interpreter's switch interval
     (5 ms) at each of the loop's turns, which a request needs several of."""
     time.sleep(0)
+
+
+def _own_node(node: NodeState, data: dict[str, Any]) -> None:
+    """Takes `data` as node `node`'s (an agent without Ray names no node); `NotASnapshot`
+    where the agent at the node's URL answers for another node: a loopback URL registered
+    by an agent on another host reaches the head's own agent, an address reused by a new
+    node reaches that node's, and its devices must not be shown as this node's."""
+    answered = data["node_id"]
+    if answered and answered != node.node_id:
+        raise NotASnapshot(f"the agent at {node.url} answers for node {answered[:16]}, "
+                           "not this one (an address registered by another host, or reused)")
+    data["node_id"] = node.node_id
 
 
 def _summary_url(node: NodeState) -> str:

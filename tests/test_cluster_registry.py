@@ -33,6 +33,7 @@ from ray_accel.exporter.cluster.registry import (
     AgentRecord,
     AgentRegistry,
     advertised_url,
+    loopback_only,
 )
 from ray_accel.exporter.cluster.sd_file import FILE_NAME, render, write_atomically, write_sd_file
 
@@ -95,6 +96,14 @@ def test_advertised_url_uses_the_node_ip_for_wildcard_hosts():
     assert advertised_url("0.0.0.0", 9478, "10.0.0.7") == "http://10.0.0.7:9478"
     assert advertised_url("::", 9478, "fd00::7") == "http://[fd00::7]:9478"
     assert advertised_url("127.0.0.1", 1234, "10.0.0.7") == "http://127.0.0.1:1234"
+
+
+@pytest.mark.parametrize(("url", "node_ip", "only"), [
+    ("http://127.0.0.1:9478", "10.0.0.5", True), ("http://[::1]:9478", "10.0.0.5", True),
+    ("http://localhost:9478", "10.0.0.5", True), ("http://10.0.0.5:9478", "10.0.0.5", False),
+    ("http://127.0.0.1:9478", "127.0.0.1", False)])  # a one-host cluster reaches it
+def test_a_loopback_url_on_a_node_reached_elsewhere_is_told_apart(url, node_ip, only):
+    assert loopback_only(url, node_ip) is only
 
 
 def test_registry_register_heartbeat_delete():

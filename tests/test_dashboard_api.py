@@ -207,6 +207,37 @@ def test_api_over_real_and_fake_agents(agent, template):
     run(scenario())
 
 
+def test_an_agent_answering_for_another_node_is_not_taken_as_this_nodes(template):
+    # Node 1's registered URL reaches node 0's agent (an agent on another host that
+    # registered a loopback URL reaches the head's own; an address reused by a new node).
+    fleet = Fleet(template)
+    bodies = {0: fleet.text(0).encode(), 1: fleet.text(0).encode()}
+
+    async def scenario() -> None:
+        async with FleetServer(bodies.get) as fakes:
+            async def discover():
+                return [fakes.target(0), fakes.target(1)]
+
+            collector = Collector(discover, refresh_s=5, fetch_timeout_s=5, spread=0.0)
+            client = await _client(collector, token=None)
+            try:
+                await collector.refresh()
+                summary = await (await client.get("/accelerators/api/summary")).json()
+                page = await (await client.get(f"/accelerators/api/nodes/{node_id(1)}")).json()
+            finally:
+                await client.close()
+                await collector.stop()
+        assert summary["nodes"]["ok"] == 1 and summary["nodes"]["unreachable"] == 1
+        assert summary["devices"]["total"] == 8  # node 0's eight, once
+        wrong = collector.nodes[node_id(1)]
+        assert wrong.data is None
+        assert f"answers for node {node_id(0)[:16]}" in wrong.error
+        assert page["status"] == "unreachable" and page["devices"] == []
+        assert collector.nodes[node_id(0)].data["node_id"] == node_id(0)
+
+    run(scenario())
+
+
 def test_summary_of_1000_nodes(template):
     fleet = Fleet(doctored(template))
     bodies = [fleet.text(n).encode() for n in range(1000)]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..attribution.ray_sources import RayNotFound, RaySourceError, RaySources
+from ..web_auth import is_loopback
 from .gcs import ClusterGcs
 
 if TYPE_CHECKING:
@@ -167,6 +168,12 @@ def _gone(record: AgentRecord) -> bool:
     return False
 
 
+def loopback_only(url: str, node_ip: str) -> bool:
+    """Whether `url` reaches the agent from its own host only, on a node that the rest of
+    the cluster reaches at `node_ip`."""
+    return is_loopback(urlsplit(url).hostname or "") and not is_loopback(node_ip)
+
+
 def advertised_url(host: str, port: int, node_ip: str, scheme: str = "http") -> str:
     """The URL others reach the agent at: the node's IP when it listens on every address."""
     if host in _WILDCARD_HOSTS:
@@ -259,6 +266,12 @@ class Registration:
         except RaySourceError:
             registry.gcs.close()
             raise
+        if loopback_only(record.url, node.node_ip):
+            log.warning("registering %s: it listens on loopback only, so only this host "
+                        "reaches it (the head's Accelerators tab and a Prometheus elsewhere "
+                        "do not); to be reached from the cluster, pass --host %s or "
+                        "--host 0.0.0.0, with Ray's token on (docs/security.md)",
+                        record.url, node.node_ip)
         if other is not None and other.is_live() and not _gone(other):
             log.warning("node %s already has a live agent registered (pid %s on %s, %s); "
                         "run one agent per node: the two will keep replacing each other's "
