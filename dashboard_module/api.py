@@ -39,7 +39,14 @@ from .heatmap_columns import columns_body, columns_gzip
 from .history import memory_series
 from .node_detail import Detail
 from .node_record import RecordFetches, RecordRefused, record_query
-from .prometheus_history import DEFAULT_RANGE, RANGES, PrometheusHistory, Scope, TabHistory
+from .prometheus_history import (
+    DEFAULT_RANGE,
+    RANGES,
+    PrometheusHistory,
+    Scope,
+    SessionSource,
+    TabHistory,
+)
 
 PREFIX = "/accelerators"
 API = "api/"
@@ -125,11 +132,13 @@ class AcceleratorsApi:
 
     def __init__(self, collector: Collector, host: str,
                  ray_dashboard_url: str | None = None, static_dir: Path = STATIC_DIR,
-                 prometheus: PrometheusHistory | None = None, prometheus_error: str = "") -> None:
+                 prometheus: PrometheusHistory | None = None, prometheus_error: str = "",
+                 prometheus_session: SessionSource | None = None) -> None:
         self.collector = collector
         # The series: from the cluster's Prometheus when one is given, else in-memory.
         self.tab_history = TabHistory(lambda: collector.history, self._device_uuids,
-                                      prometheus, prometheus_error)
+                                      prometheus, prometheus_error,
+                                      session_source=prometheus_session)
         self.host = host  # "ray" or "standalone"
         self.ray_dashboard_url = ray_dashboard_url
         self.static_dir = static_dir

@@ -56,6 +56,7 @@ from .aggregate import (
     prepare_parts,
 )
 from .batch_parse import BatchParser
+from .bounded_read import BodyTooLarge, read_at_most
 from .fetch_places import FetchPlaces, NotAsked, quiet_places
 from .heatmap_columns import columns_body, columns_gzip
 from .history import History
@@ -128,16 +129,6 @@ def registry_discovery(gcs_address: str) -> Discover:
                 for r in records]
 
     return discover
-
-
-async def _read_at_most(reply: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The whole body (read() returns what has arrived so far), refused beyond `limit`."""
-    body = bytearray()
-    while chunk := await reply.content.read(limit + 1 - len(body)):
-        body += chunk
-        if len(body) > limit:
-            raise NotASnapshot(f"snapshot larger than {limit // 2**20} MiB")
-    return bytes(body)
 
 
 def _reduced(body: bytes) -> dict[str, Any]:
@@ -509,7 +500,10 @@ class Collector:
                 self.session().get(node.url.rstrip("/") + "/api/v1/snapshot") as reply:
             if reply.status != 200:
                 raise NotASnapshot(f"HTTP {reply.status}")
-            return await _read_at_most(reply, MAX_SNAPSHOT_BYTES)
+            try:
+                return await read_at_most(reply, MAX_SNAPSHOT_BYTES)
+            except BodyTooLarge as error:
+                raise NotASnapshot(f"snapshot {error}") from None
 
     async def fetch_full(self, node: NodeState) -> dict[str, Any]:
         """Node `node`'s full snapshot, reduced (the node page's detail, on demand)."""

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -40,6 +41,7 @@ from ..grafana.alerts.recording import (
 )
 from ..grafana.promql import CLUSTER_FILTER, SESSION_FILTER, eq, literal_pattern, selector
 from ..grafana.queries import expand
+from .bounded_read import BodyTooLarge, read_at_most
 from .history import History, memory_series
 
 HOST_VARIABLE = "RAY_PROMETHEUS_HOST"  # Ray's dashboard reads the same two
@@ -69,6 +71,15 @@ SCOPES = ("cluster", "node", "device", "job")
 # (every device's samples over the whole range) is what recording rules remove.
 RECORDED_RANGES = ("6h", "24h", "7d")
 RECORDED_CHECK_S = 300.0  # how long whether the recorded series exist is remembered
+# A head that looks its Ray session up (the standalone dashboard, whose cluster may restart
+# under it) asks again this often, and this often while it does not know it.
+SESSION_CHECK_S = 30.0
+SESSION_RETRY_S = 5.0
+SessionSource = Callable[[], Awaitable[str]]  # the cluster's Ray session now; "" if unknown
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab is allowed in a value
 
 
 class PrometheusConfigError(ValueError):
@@ -84,6 +95,15 @@ class PrometheusSettings:
     session_name: str = ""  # "" matches every session
     cluster: str = ""  # the ray_io_cluster label; "" matches every cluster
     timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @property
+    def shown_url(self) -> str:
+        """The URL without its user name and password, for answers and messages."""
+        parts = urlsplit(self.url)
+        if parts.username is None and parts.password is None:
+            return self.url
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=host))
 
 
 def check_url(url: str) -> str:
@@ -112,6 +132,11 @@ def parse_headers(text: str) -> tuple[tuple[str, str], ...]:
             for p in pairs):
         raise PrometheusConfigError(
             f'{HEADERS_VARIABLE} must be {{"Name": "value", ...}} or [["Name", "value"], ...]')
+    for name, value in pairs:
+        if not _HEADER_NAME.fullmatch(name) or _CONTROL.search(value):
+            raise PrometheusConfigError(
+                f"{HEADERS_VARIABLE}: {name[:60]!r} is not a header name, or its value holds "
+                "a line break or another control character")
     return tuple((name, value) for name, value in pairs)
 
 
@@ -250,6 +275,17 @@ class PrometheusHistory:
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
         self._recorded: tuple[float, bool] = (-math.inf, False)  # (until, whether they exist)
 
+    def scope_to_session(self, session_name: str) -> None:
+        """Select another Ray session's series from now on."""
+        self.settings = replace(self.settings, session_name=session_name)
+        self.filters = _filters(self.settings)
+        self._recorded = (-math.inf, False)
+
+    @property
+    def where(self) -> str:
+        """How messages name this Prometheus."""
+        return f"Prometheus at {self.settings.shown_url}"
+
     def grid(self, range_name: str, now: float) -> tuple[int, int, int]:
         """(start, end, step) in unix seconds on whole steps, `end` the first at or after
         `now`: it reads the latest samples (a point after the last scrape reads the newest
@@ -279,10 +315,10 @@ class PrometheusHistory:
                     self._query_range(session, expr, start, end, step)
                     for expr in queries.values()))
         except TimeoutError:
-            raise PrometheusError(f"Prometheus at {self.settings.url} did not answer within "
+            raise PrometheusError(f"{self.where} did not answer within "
                                   f"{self.settings.timeout_s:g} s") from None
         except (aiohttp.ClientError, OSError) as error:
-            raise PrometheusError(f"Prometheus at {self.settings.url}: "
+            raise PrometheusError(f"{self.where}: "
                                   f"{type(error).__name__}: {error}") from None
         count = (end - start) // step + 1
         body: dict[str, Any] = {"timestamps": [float(start + i * step) for i in range(count)],
@@ -299,7 +335,7 @@ class PrometheusHistory:
                     body[name] = (on_grid(matrix[0], start, step, count) if matrix
                                   else [None] * count)
         except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as error:
-            raise PrometheusError(f"Prometheus at {self.settings.url} answered a malformed "
+            raise PrometheusError(f"{self.where} answered a malformed "
                                   f"matrix ({type(error).__name__}: {error})") from None
         return body
 
@@ -323,27 +359,28 @@ class PrometheusHistory:
                      result_type: str) -> list[dict[str, Any]]:
         url = f"{self.settings.url}/api/v1/{path}"
         async with self._slots, session.post(url, data=form) as reply:
-            raw = await reply.content.read(MAX_ANSWER_BYTES + 1)
-            if len(raw) > MAX_ANSWER_BYTES:
-                raise PrometheusError(f"Prometheus at {self.settings.url} answered more than "
-                                      f"{MAX_ANSWER_BYTES // 2**20} MiB")
+            try:
+                raw = await read_at_most(reply, MAX_ANSWER_BYTES)
+            except BodyTooLarge:
+                raise PrometheusError(f"{self.where} answered more than "
+                                      f"{MAX_ANSWER_BYTES // 2**20} MiB") from None
             try:
                 doc = json.loads(raw)
             except ValueError:
-                raise PrometheusError(f"Prometheus at {self.settings.url} answered HTTP "
+                raise PrometheusError(f"{self.where} answered HTTP "
                                       f"{reply.status} that is not JSON") from None
         if not isinstance(doc, dict) or doc.get("status") != "success":
             detail = doc.get("error", "") if isinstance(doc, dict) else ""
-            raise PrometheusError(f"Prometheus at {self.settings.url} refused a query (HTTP "
+            raise PrometheusError(f"{self.where} refused a query (HTTP "
                                   f"{reply.status}): {str(detail)[:300]}")
         data = doc.get("data")
         kind = data.get("resultType") if isinstance(data, dict) else None
         if kind != result_type:
-            raise PrometheusError(f"Prometheus at {self.settings.url} answered a "
+            raise PrometheusError(f"{self.where} answered a "
                                   f"{str(kind)[:40]!r}, not a {result_type}")
         result = data.get("result") or []
         if not isinstance(result, list):
-            raise PrometheusError(f"Prometheus at {self.settings.url} answered a {result_type} "
+            raise PrometheusError(f"{self.where} answered a {result_type} "
                                   "that is not a list")
         return result
 
@@ -386,14 +423,19 @@ class TabHistory:
     """The series the tab shows: Prometheus when configured and answering, else in-memory.
 
     Every answer says its `source` ("prometheus" or "memory") and `error` (why
-    Prometheus was not used: "" when it was, or when none is configured).
+    Prometheus was not used: "" when it was, or when none is configured). With a
+    `session_source`, the series follow the cluster's Ray session as it asks it every
+    SESSION_CHECK_S (a cluster restarted under the head starts a new one), and come from
+    memory while the session is not known: unscoped, Prometheus would add up every
+    session's series.
     """
 
     def __init__(self, memory: Callable[[], History],
                  devices_of: Callable[[str], list[str]],
                  prometheus: PrometheusHistory | None = None, config_error: str = "",
                  retry_after_s: float = DEFAULT_RETRY_AFTER_S,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 session_source: SessionSource | None = None) -> None:
         self._memory = memory
         self._devices_of = devices_of
         self.prometheus = prometheus
@@ -403,6 +445,8 @@ class TabHistory:
         self._cache: dict[tuple[Scope, str], _Cached] = {}
         self._failure = ""
         self._failed_at = -math.inf
+        self._session_source = session_source
+        self._session_asked_until = -math.inf
 
     @property
     def source(self) -> str:
@@ -418,7 +462,10 @@ class TabHistory:
         error = self.config_error
         if self.prometheus is not None:
             now = self._clock()
-            if now - self._failed_at < self.retry_after_s:
+            unknown = await self._follow_session(now)
+            if unknown:
+                error = unknown
+            elif now - self._failed_at < self.retry_after_s:
                 error = self._failure
             else:
                 try:
@@ -429,18 +476,38 @@ class TabHistory:
                 else:
                     if _holds_values(body):
                         return {**meta, "source": "prometheus", "error": "",
-                                "prometheus_url": self.prometheus.settings.url, **body}
+                                "prometheus_url": self.prometheus.settings.shown_url, **body}
                     error = self._none_held()
         history = self._memory()
         return {**meta, "source": "memory", "error": error, "recorded": False,
                 **memory_series(history, scope.kind, scope.key, self._devices_of(scope.key)
                                 if scope.kind == "node" else ())}
 
+    async def _follow_session(self, now: float) -> str:
+        """Asks the session source when due and scopes to a new session; why Prometheus
+        cannot be used while the session is unknown, else ""."""
+        if self._session_source is None:
+            return ""
+        if now >= self._session_asked_until:
+            self._session_asked_until = now + SESSION_RETRY_S  # one lookup at a time
+            session = await self._session_source()
+            if session:
+                self._session_asked_until = now + SESSION_CHECK_S
+            if session and session != self.prometheus.settings.session_name:
+                self.prometheus.scope_to_session(session)
+                self._cache.clear()
+                self._failed_at = -math.inf
+        if self.prometheus.settings.session_name:
+            return ""
+        return (f"{self.prometheus.where} is not asked: the Ray session is not known yet (the "
+                "GCS did not answer), and without it every session's series would be added "
+                "up")
+
     def _none_held(self) -> str:
         settings = self.prometheus.settings
         scoped = ", ".join(f"{label}={value!r}" for label, value in (
             ("SessionName", settings.session_name), ("ray_io_cluster", settings.cluster)) if value)
-        return (f"Prometheus at {settings.url} holds none of these series over the range"
+        return (f"{self.prometheus.where} holds none of these series over the range"
                 + (f" (scoped to {scoped})" if scoped else ""))
 
     async def _cached(self, scope: Scope, range_name: str, now: float) -> dict[str, Any]:

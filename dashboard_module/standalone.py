@@ -240,8 +240,13 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     prometheus, prometheus_error = configured(os.environ, session_name, args.prometheus)
     if prometheus_error:
         log.warning("%s", prometheus_error)
+    async def session_now() -> str:
+        loop = asyncio.get_running_loop()
+        return (await loop.run_in_executor(None, ray_facts, address))[1]
+
     api = AcceleratorsApi(collector, "standalone", dashboard_url,
-                          prometheus=prometheus, prometheus_error=prometheus_error)
+                          prometheus=prometheus, prometheus_error=prometheus_error,
+                          prometheus_session=session_now)
     raise_open_file_limit()
     try:
         asyncio.run(serve(api, args.host, args.port, token, web_config=web_config))

@@ -26,13 +26,19 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_server import PROMETHEUS, PrometheusServer, free_port
 
+from ray_accel.dashboard_module import prometheus_history
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import AgentTarget, Collector
+from ray_accel.dashboard_module.history import History
 from ray_accel.dashboard_module.prometheus_history import (
     RANGES,
+    SESSION_CHECK_S,
+    SESSION_RETRY_S,
+    PrometheusError,
     PrometheusHistory,
     PrometheusSettings,
     Scope,
+    TabHistory,
     configured,
 )
 from ray_accel.dashboard_module.standalone import build_app
@@ -499,3 +505,122 @@ def test_answers_are_cached_and_a_failed_prometheus_is_not_asked_again_at_once()
     assert [a["source"] for a in answers] == ["prometheus"] * 3 + ["memory"] * 3
     assert answers[3]["error"] == answers[4]["error"]  # the second: from memory, not asked
     assert "(HTTP 503): overloaded" in answers[5]["error"]
+
+
+def _fake_prometheus(answer_for) -> web.Application:
+    """A Prometheus stand-in: `answer_for(request, form)` gives each query's answer."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await answer_for(request, await request.post())
+
+    app = web.Application()
+    app.router.add_post("/api/v1/query", handle)
+    app.router.add_post("/api/v1/query_range", handle)
+    return app
+
+
+def _matrix_of(points: int, end: str, step: str) -> bytes:
+    values = [[int(end) - i * int(step), "0.5"] for i in range(points)]
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"uuid": "GPU-1"}, "values": values[::-1]}]}}).encode()
+
+
+async def _streamed(request: web.Request, body: bytes) -> web.StreamResponse:
+    """`body` written in 16 KiB pieces, as a large answer arrives over a network."""
+    reply = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await reply.prepare(request)
+    for at in range(0, len(body), 16384):
+        await reply.write(body[at:at + 16384])
+        await asyncio.sleep(0)
+    await reply.write_eof()
+    return reply
+
+
+def test_a_large_answer_is_read_whole_and_one_past_the_limit_is_refused(monkeypatch):
+    padding = {"pad": 0}
+
+    async def answer(request: web.Request, form) -> web.StreamResponse:
+        body = _matrix_of(300, form["end"], form["step"])
+        return await _streamed(request, body + b" " * padding["pad"])
+
+    async def scenario() -> tuple[dict, str]:
+        async with TestServer(_fake_prometheus(answer)) as server:
+            history = PrometheusHistory(PrometheusSettings(str(server.make_url("")),
+                                                           session_name="s1"))
+            padding["pad"] = 600_000  # about 0.6 MB an answer: many network reads
+            whole = await history.series(Scope("device", "GPU-1"), "1h")
+            monkeypatch.setattr(prometheus_history, "MAX_ANSWER_BYTES", 2**20)
+            padding["pad"] = 2**20
+            try:
+                await history.series(Scope("device", "GPU-1"), "1h")
+            except PrometheusError as error:
+                return whole, str(error)
+            return whole, ""
+
+    whole, refused = asyncio.run(scenario())
+    assert whole["utilization"] == [0.5] * 300
+    assert refused.endswith("answered more than 1 MiB")
+
+
+def test_a_user_and_password_in_the_url_are_never_shown():
+    async def answer(request: web.Request, form) -> web.Response:
+        return web.json_response({"status": "error", "error": "overloaded"}, status=503)
+
+    async def scenario() -> tuple[dict, str]:
+        async with TestServer(_fake_prometheus(answer)) as server:
+            url = str(server.make_url("")).replace("http://", "http://reader:s3cret@")
+            api = _api(PrometheusHistory(PrometheusSettings(url, session_name="s1")))
+            async with TestClient(TestServer(build_app(api))) as client:
+                reply = await client.get("/accelerators/api/history", params={"uuid": "GPU-1"})
+                return await reply.json(), str(server.make_url("")).rstrip("/")
+
+    body, plain = asyncio.run(scenario())
+    assert body["source"] == "memory"
+    assert body["error"].startswith(f"Prometheus at {plain} refused a query")
+    assert "s3cret" not in json.dumps(body) and "reader" not in json.dumps(body)
+
+
+@pytest.mark.parametrize("headers", ['{"X-Org": "7\\r\\nInjected: 1"}', '{"X Org": "7"}',
+                                     '[["X-Org", "a\\u0000b"]]'])
+def test_a_header_with_a_line_break_or_a_bad_name_is_an_unusable_setting(headers):
+    history, error = configured({"RAY_PROMETHEUS_HOST": "http://p:9090",
+                                 "RAY_PROMETHEUS_HEADERS": headers})
+    assert history is None
+    assert error.startswith("the Prometheus setting is unusable, history is in-memory: "
+                            "RAY_PROMETHEUS_HEADERS: ")
+    history, error = configured({"RAY_PROMETHEUS_HOST": "http://p:9090",
+                                 "RAY_PROMETHEUS_HEADERS": '{"X-Org": "7\\tb"}'})
+    assert error == "" and history.settings.headers == (("X-Org", "7\tb"),)
+
+
+def test_history_follows_the_clusters_ray_session_and_is_in_memory_while_unknown():
+    asked: list[str] = []
+    sessions = ["", "session_a", "session_a", "session_b"]
+    clock = [1000.0]
+
+    async def answer(request: web.Request, form) -> web.Response:
+        asked.append(form["query"])
+        return web.json_response({"status": "success", "data": {"resultType": "matrix",
+                                  "result": [{"metric": {}, "values": [[form["end"], "1"]]}]}})
+
+    async def session_now() -> str:
+        return sessions.pop(0)
+
+    async def scenario() -> list[dict]:
+        async with TestServer(_fake_prometheus(answer)) as server:
+            prometheus = PrometheusHistory(PrometheusSettings(str(server.make_url(""))))
+            history = TabHistory(lambda: History(10), lambda _: [], prometheus,
+                                 clock=lambda: clock[0], session_source=session_now)
+            answers = [await history.series(Scope("device", "GPU-1"), "1h")]
+            for step in (SESSION_RETRY_S, SESSION_CHECK_S, SESSION_CHECK_S):
+                clock[0] += step
+                answers.append(await history.series(Scope("device", "GPU-1"), "1h"))
+            return answers
+
+    unknown, first, same, restarted = asyncio.run(scenario())
+    assert unknown["source"] == "memory" and "the Ray session is not known yet" in unknown["error"]
+    assert [a["source"] for a in (first, same, restarted)] == ["prometheus"] * 3
+    scoped = [q for q in asked if "SessionName" in q]
+    assert scoped and all('SessionName=~"session_a"' in q for q in scoped[:3])
+    assert all('SessionName=~"session_b"' in q for q in scoped[-3:])
+    assert len(asked) == 9  # the same session's answer came again from its query, then b's
+    assert not sessions
