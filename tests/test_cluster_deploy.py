@@ -33,6 +33,7 @@ import yaml
 from loopback_ray import LoopbackCluster
 from ray._common.network_utils import find_free_port
 
+from ray_accel.exporter.agent import agent_version
 from ray_accel.exporter.simulate import SimulatedHardware
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,12 +270,14 @@ def test_status_lists_every_agent(deployment: Deployment):
         assert row["not_answering"] == []
         assert row["simulated"] is True and row["deployed"] is True
         assert row["node_ip"] == "127.0.0.1" and row["url"].startswith("http://127.0.0.1:")
+        assert row["version"] == agent_version()
     table = deployment.cli("status", "--address", deployment.cluster.gcs_address)
     assert table.returncode == 0
     header, *lines = table.stdout.splitlines()
     assert header.split()[:4] == ["NODE", "ID", "NODE", "IP"]
     assert len(lines) == len(rows)
     assert all(" ok " in line and "deployed" in line for line in lines), table.stdout
+    assert "VERSION" in header and all(f" {agent_version()} " in line for line in lines)
 
 
 def test_undeploy_removes_agents_and_registrations(deployment: Deployment):

@@ -25,6 +25,7 @@ from loopback_ray import LoopbackCluster
 from ray._raylet import AuthenticationTokenLoader
 
 from ray_accel.exporter.attribution.ray_sources import RaySourceError
+from ray_accel.exporter.cluster.deploy import other_versions
 from ray_accel.exporter.cluster.gcs import ClusterGcs
 from ray_accel.exporter.cluster.registry import (
     MISSED_HEARTBEATS,
@@ -96,6 +97,14 @@ def test_advertised_url_uses_the_node_ip_for_wildcard_hosts():
     assert advertised_url("0.0.0.0", 9478, "10.0.0.7") == "http://10.0.0.7:9478"
     assert advertised_url("::", 9478, "fd00::7") == "http://[fd00::7]:9478"
     assert advertised_url("127.0.0.1", 1234, "10.0.0.7") == "http://127.0.0.1:1234"
+
+
+def test_agents_running_another_version_than_the_deploy_command_are_named():
+    agents = [record("aa"), record("bb", version="0.2.0"), record("cc", version="0.1.0"),
+              record("dd", version="unknown"), record("ee", version="0.0.9")]
+    assert other_versions(agents, "0.2.0") == {"0.1.0": ["aa" * 28, "cc" * 28],
+                                               "0.0.9": ["ee" * 28]}
+    assert other_versions(agents[:1], "0.1.0") == {}
 
 
 @pytest.mark.parametrize(("url", "node_ip", "only"), [

@@ -238,7 +238,8 @@ def _run_deploy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     settings = _deploy_settings(args, parser)
 
     def body(gcs) -> int:
-        from .deploy import deploy
+        from ..agent import agent_version
+        from .deploy import deploy, other_versions
 
         outcome = deploy(gcs.address, settings, args.wait)
         verb = "already deployed" if outcome.already_deployed else "deployed"
@@ -246,6 +247,12 @@ def _run_deploy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
               f"{len(outcome.agents)} agent(s) up")
         for record in outcome.agents:
             print(f"  {record.node_id}  {record.url}")
+        mine = agent_version()
+        for other, nodes in sorted(other_versions(outcome.agents, mine).items()):
+            print(f"ray-accel deploy: the agents on {len(nodes)} node(s) run ray-accel {other}, "
+                  f"not {mine} (this command's): deployed agents keep the code they started "
+                  "with; `ray-accel undeploy` then `ray-accel deploy` restarts them on this "
+                  "version", file=sys.stderr)
         if outcome.sd_path:
             print(f"Prometheus discovery file (on the head node): {outcome.sd_path}")
         if outcome.missing:
@@ -291,11 +298,11 @@ def status_table(rows: list[AgentStatus]) -> str:
     def flag(value: bool | None) -> str:
         return "" if value is None else ("yes" if value else "no")
 
-    header = ("NODE ID", "NODE IP", "URL", "HEALTH", "SIMULATED", "MODE", "PID", "HEARTBEAT",
-              "NOT ANSWERING")
+    header = ("NODE ID", "NODE IP", "URL", "HEALTH", "SIMULATED", "MODE", "VERSION", "PID",
+              "HEARTBEAT", "NOT ANSWERING")
     lines = [header] + [
         (row.node_id, row.node_ip, row.url, row.health, flag(row.simulated), mode(row),
-         "" if row.pid is None else str(row.pid),
+         row.version, "" if row.pid is None else str(row.pid),
          "" if row.heartbeat_age_s is None else f"{row.heartbeat_age_s:g}s ago",
          "; ".join(row.not_answering))
         for row in rows

@@ -89,6 +89,16 @@ def _deploy(gcs: ClusterGcs, head: ClusterNode, settings: DeploySettings,
     return DeployOutcome(already, agents, missing, ray.get(supervisor.sd_path.remote()))
 
 
+def other_versions(agents: list[AgentRecord], mine: str) -> dict[str, list[str]]:
+    """Version -> the nodes whose agent runs it, for each known version but `mine`: deployed
+    agents keep the code they started with when the package is upgraded under them."""
+    found: dict[str, list[str]] = {}
+    for record in agents:
+        if record.version not in ("", "unknown", mine):
+            found.setdefault(record.version, []).append(record.node_id)
+    return found
+
+
 def _differences(current: DeploySettings, wanted: DeploySettings) -> str:
     changed = [name for name in DeploySettings.__dataclass_fields__
                if getattr(current, name) != getattr(wanted, name)]
@@ -148,6 +158,7 @@ class AgentStatus:
     deployed: bool | None = None
     pid: int | None = None
     heartbeat_age_s: float | None = None
+    version: str = ""  # the ray-accel version the agent runs
     #: What the agent's /healthz names as not answering, one line each ("nvidia 3 stale: ...").
     not_answering: list[str] = field(default_factory=list)
 
@@ -196,8 +207,8 @@ def cluster_status(gcs: ClusterGcs) -> list[AgentStatus]:
         node = nodes.get(node_id)
         row = AgentStatus(node_id=node_id, node_ip=node.node_ip if node else record.node_ip)
         if record is not None:
-            row.url, row.simulated, row.deployed, row.pid = (
-                record.url, record.simulated, record.deployed, record.pid)
+            row.url, row.simulated, row.deployed, row.pid, row.version = (
+                record.url, record.simulated, record.deployed, record.pid, record.version)
             row.heartbeat_age_s = round(record.age_s(), 1)
             row.health = "" if record.is_live() else "stale registration"
         if node is None:
