@@ -19,7 +19,7 @@ from .metric_spec import CLOCK_CEILING_HZ as CLOCK_CEILING_HZ
 from .metric_spec import DEVICE_LABELS as DEVICE_LABELS
 from .metric_spec import (
     FLAG,
-    POSITIVE,
+    MEMORY_CEILING_BYTES,
     POWER_CEILING_W,
     POWER_LIMIT_FACTOR,
     Cadence,
@@ -211,8 +211,9 @@ CATALOG: tuple[MetricSpec, ...] = (
            "firmware reserve (that is its own series, ray.accelerator.memory.reserved). Ray's "
            "dashboard counts the reserved memory as used: an empty H200 reads 604 MiB in Ray "
            "and 0 B here; Ray's figure is this value plus the reserved one.",
-           valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
-    _gauge(MEMORY_LIMIT, "By", "Total device memory.", valid=POSITIVE),
+           valid=ValidRange(0, MEMORY_CEILING_BYTES, bound_by=MEMORY_LIMIT)),
+    _gauge(MEMORY_LIMIT, "By", "Total device memory.",
+           valid=ValidRange(0, MEMORY_CEILING_BYTES, above_low=True)),
     _gauge(XCP_GFX_UTILIZATION, "1",
            "Share of time the given XCC (the compute complex of one accelerator die) of the "
            "given XCP (compute partition) kept its graphics/compute engine busy, as the AMD SMU "
@@ -228,7 +229,7 @@ CATALOG: tuple[MetricSpec, ...] = (
            "counter (amdsmi GPU metrics 1.8, ROCm 7; 'any' also from 1.7); absent before the "
            "second sample and where not reported.", "xcp", "xcc", "reason"),
     _gauge(MEMORY_RESERVED, "By", "Device memory reserved by the driver and firmware.",
-           valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
+           valid=ValidRange(0, MEMORY_CEILING_BYTES, bound_by=MEMORY_LIMIT)),
     # Power, thermals, clocks
     _gauge(POWER, "W", "Power drawn by the device.",
            valid=ValidRange(0, POWER_CEILING_W, bound_by=POWER_LIMIT, factor=POWER_LIMIT_FACTOR)),
@@ -365,7 +366,7 @@ CATALOG: tuple[MetricSpec, ...] = (
            "itself idle), else 0.",
            scope=Scope.PROCESS),
     _gauge(PROCESS_MEMORY_USAGE, "By", "Device memory used by the process.", scope=Scope.PROCESS,
-           valid=ValidRange(0, bound_by=MEMORY_LIMIT)),
+           valid=ValidRange(0, MEMORY_CEILING_BYTES, bound_by=MEMORY_LIMIT)),
     _gauge(PROCESS_UTILIZATION, "1",
            "Fraction of the last sample period during which the process kept the given engine "
            "busy (sm, memory, encoder, decoder).", "engine", scope=Scope.PROCESS),

@@ -119,6 +119,8 @@ POWER_CEILING_W = 5000.0  # above any single accelerator's draw (B200 ~1.2 kW, M
 POWER_LIMIT_FACTOR = 2.0  # power above twice the device's enforced limit cannot be true
 TEMPERATURE_RANGE_CEL = (-40.0, 150.0)  # what on-die and memory sensors can report
 CLOCK_CEILING_HZ = 50e9  # above any core or memory clock (GDDR7 reports ~15 GHz)
+# above any one device's memory (MI355X 288 GB; a GH200's unified memory is under 1 TB)
+MEMORY_CEILING_BYTES = float(2**44)
 
 
 @dataclass(frozen=True, slots=True)

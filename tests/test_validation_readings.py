@@ -84,6 +84,8 @@ def test_sane_readings_pass_unchanged(checked):
     (Reading(m.CLOCK_FREQUENCY, 4294967295e6, (("clock", "sm"),)), OUT_OF_RANGE),
     (Reading(m.CLOCK_FREQUENCY, -1.0, (("clock", "sm"),)), OUT_OF_RANGE),
     (Reading(m.MEMORY_LIMIT, -1.0), OUT_OF_RANGE),
+    (Reading(m.MEMORY_LIMIT, 2.0**64 - 1), OUT_OF_RANGE),  # 16 EiB: NVML's largest value
+    (Reading(m.MEMORY_USAGE, 2.0**64 - 1), OUT_OF_RANGE),
     (Reading(m.PERFORMANCE_STATE, 32.0), OUT_OF_RANGE),
     (Reading(m.THROTTLE_ACTIVE, 2.0, (("reason", "hw_slowdown"),)), OUT_OF_RANGE),
     (Reading(m.GPU_UTILIZATION, math.nan, (("task", "general"),)), NOT_FINITE),
