@@ -16,6 +16,8 @@ from ray_accel.exporter.cluster.sd_file import FILE_NAME, JOB, write_sd_file
 EXAMPLE = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "prometheus.yml"
 PROMTOOL = shutil.which("promtool")
 TOKEN_FILE = "/etc/prometheus/ray_auth_token"
+GENERATED = Path(__file__).resolve().parent.parent / "grafana" / "generated" / "prometheus"
+RULE_FILES = ("ray-accel-alerts.yml", "ray-accel-recording.yml")
 
 
 def test_example_scrapes_rays_targets_and_ours():
@@ -29,6 +31,7 @@ def test_example_scrapes_rays_targets_and_ours():
     assert jobs[JOB]["honor_labels"] is True
     assert jobs[JOB]["authorization"] == {"type": "Bearer",
                                           "credentials_file": TOKEN_FILE}
+    assert config["rule_files"] == list(RULE_FILES)
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (tools/system-deps.sh)")
@@ -44,10 +47,14 @@ def test_promtool_accepts_the_example_and_our_discovery_file(tmp_path):
         TOKEN_FILE, str(tmp_path / "token"))
     config = tmp_path / "prometheus.yml"
     config.write_text(text.replace("/tmp/ray", str(tmp_path)))
+    for rules in RULE_FILES:
+        shutil.copy(GENERATED / rules, tmp_path / rules)
     result = subprocess.run([PROMTOOL, "check", "config", str(config)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WARNING" not in result.stdout + result.stderr  # both discovery files found and valid
+    for rules in RULE_FILES:  # the generated rules, beside the config, are loaded and valid
+        assert f"Checking {tmp_path / rules}\n  SUCCESS: " in result.stdout, result.stdout
 
     (tmp_path / FILE_NAME).write_text('[{"targets": "not-a-list"}]')
     broken = subprocess.run([PROMTOOL, "check", "config", str(config)],
