@@ -213,6 +213,14 @@ def test_agents_can_see_the_raylet_and_the_gpus(ray_cluster):
         assert env_of(container(template, SIDECAR))["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
 
 
+def test_the_heads_ray_container_serves_the_accelerators_tab(ray_cluster):
+    head = pod_templates(ray_cluster)["head"]
+    ray = next(c for c in head["spec"]["containers"] if c["name"] != SIDECAR)
+    assert ray["image"] == container(head, SIDECAR)["image"]  # the one with ray-accel installed
+    assert env_of(ray)["RAY_ACCEL_DASHBOARD"]["value"] == "1"
+    assert "dashboard" in {p["name"] for p in ray["ports"]}
+
+
 def test_sidecars_share_the_ray_containers_token(ray_cluster):
     for group, template in pod_templates(ray_cluster).items():
         tokens = {
