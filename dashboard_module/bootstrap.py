@@ -17,17 +17,21 @@ RAY_ACCEL_DASHBOARD_FAIL (tests only) injects a failure: `install` (here),
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import logging
 import os
 import sys
+import time
+import traceback
 
 ENABLE_VARIABLE = "RAY_ACCEL_DASHBOARD"
 FAIL_VARIABLE = "RAY_ACCEL_DASHBOARD_FAIL"
 HEAD_SCRIPT = "ray/dashboard/dashboard.py"
 PATCHED_MODULE = "ray.dashboard.utils"
 OUR_MODULE = "ray_accel.dashboard_module.ray_head"
+DEFAULT_LOG_FILENAME = "dashboard.log"  # Ray's dashboard_consts.DASHBOARD_LOG_FILENAME
 
 log = logging.getLogger("ray_accel.dashboard_module")
 _state = {"installed": False, "loaded": False, "error": ""}
@@ -109,6 +113,29 @@ class _Finder(importlib.abc.MetaPathFinder):
             return None  # let the normal import machinery find it
 
 
+def ray_log_file(argv: list[str] | None = None) -> str | None:
+    """The log file Ray's dashboard head writes, from its command line (`--log-dir`,
+    `--logging-filename`); None where it logs to its standard error."""
+    argv = sys.argv if argv is None else argv
+    flags = dict(arg[2:].partition("=")[::2] for arg in argv[1:] if arg.startswith("--"))
+    name = flags.get("logging-filename", DEFAULT_LOG_FILENAME)
+    return os.path.join(flags["log-dir"], name) if flags.get("log-dir") and name else None
+
+
+def _log_early(message: str) -> None:
+    """`message` with the current exception, in Ray's dashboard log: at interpreter
+    start-up Ray has set up no logging yet, and the standard error of a dashboard that
+    `ray start` launched goes to no file it keeps."""
+    log.exception("%s", message)
+    path = ray_log_file()
+    if path is None:
+        return
+    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as ray_log:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        ray_log.write(f"{stamp},000\tERROR bootstrap.py -- {message}\n"
+                      f"{traceback.format_exc()}")
+
+
 def install() -> None:
     """Called from the .pth file; a no-op outside Ray's dashboard head."""
     try:
@@ -118,5 +145,5 @@ def install() -> None:
         sys.meta_path.insert(0, _Finder())
         _state["installed"] = True
     except Exception:
-        log.exception("ray-accel: bootstrap failed; Ray's dashboard runs without the "
-                      "Accelerators module")
+        _log_early("ray-accel: bootstrap failed; Ray's dashboard runs without the "
+                   "Accelerators module")

@@ -164,5 +164,10 @@ def test_rays_dashboard_survives(environment, accelerators_status):
         assert status == accelerators_status, body
         if status == 503:
             assert b"failure injected" in body
+        stage = environment.get("RAY_ACCEL_DASHBOARD_FAIL")
+        if stage in ("install", "import"):  # said where operators look: Ray's dashboard log
+            ray_log = Path(local.session_dir()) / "logs" / "dashboard.log"
+            assert f"failure injected by RAY_ACCEL_DASHBOARD_FAIL={stage}" in \
+                ray_log.read_text(errors="replace")
     finally:
         local.stop()
