@@ -294,6 +294,26 @@ def test_standalone_agent_registers_heartbeats_and_deregisters(cluster, registry
 
 
 @pytest.mark.ray
+def test_a_second_agent_of_a_node_stays_unregistered_until_the_first_stops(cluster, registry):
+    first = _agent(cluster).__enter__()
+    try:
+        held = wait_for(lambda: next((r for r in registry.records()
+                                      if r.pid == first.proc.pid), None), "the first registered")
+        with _agent(cluster) as second:
+            # a few of the second agent's 0.5 s heartbeats later, the node is still the first's
+            wait_for(lambda: registry.get(held.node_id).heartbeat_at > held.heartbeat_at + 2,
+                     "the first agent's heartbeats go on")
+            assert registry.get(held.node_id).pid == first.proc.pid
+            first.__exit__()  # a clean stop deletes its record: the second takes the node
+            wait_for(lambda: (r := registry.get(held.node_id)) and r.pid == second.proc.pid,
+                     "the second agent registered once the first stopped")
+        log = second.proc.stdout.read()
+        assert f"node {held.node_id} already has a live agent (pid {first.proc.pid}" in log
+    finally:
+        first.__exit__()
+
+
+@pytest.mark.ray
 def test_killed_agent_goes_stale_and_leaves_discovery(cluster, registry, tmp_path):
     with _agent(cluster) as agent:
         record = wait_for(lambda: next(iter(registry.records()), None), "registered")

@@ -168,6 +168,20 @@ def _gone(record: AgentRecord) -> bool:
     return False
 
 
+class NodeTaken(RaySourceError):
+    """Another live agent holds the node's registration."""
+
+
+def _other_live_agent(current: AgentRecord | None, mine: AgentRecord) -> AgentRecord | None:
+    """`current` where it is another agent's live record of the node: the first agent of a
+    node keeps its registration, so that the cluster view and discovery do not flip
+    between two agents that would replace each other's record."""
+    if current is None or (current.pid, current.hostname, current.started_at) == (
+            mine.pid, mine.hostname, mine.started_at):
+        return None
+    return current if current.is_live() and not _gone(current) else None
+
+
 def loopback_only(url: str, node_ip: str) -> bool:
     """Whether `url` reaches the agent from its own host only, on a node that the rest of
     the cluster reaches at `node_ip`."""
@@ -238,12 +252,19 @@ class Registration:
             self._record, self._registry = self._first_record(agent)
         record = replace(self._record, heartbeat_at=time.time())
         try:
-            self._registry.put(record)
+            holder = _other_live_agent(self._registry.get(record.node_id), record)
+            if holder is None:
+                self._registry.put(record)
         except RaySourceError:
             # The node may have been replaced (a restarted raylet has a new id): look again.
             self._registry.gcs.close()
             self._record = self._registry = None
             raise
+        if holder is not None:
+            raise NodeTaken(
+                f"node {record.node_id} already has a live agent (pid {holder.pid} on "
+                f"{holder.hostname}, {holder.url}); this one stays unregistered while that "
+                "one runs: run one agent per node")
         self._record = record
         return record
 
@@ -261,21 +282,12 @@ class Registration:
             deployed=self._config.deployed, version=agent.facts.get("version", ""),
         )
         registry = AgentRegistry(ClusterGcs(node.gcs_address))
-        try:
-            other = registry.get(node.node_id)
-        except RaySourceError:
-            registry.gcs.close()
-            raise
         if loopback_only(record.url, node.node_ip):
             log.warning("registering %s: it listens on loopback only, so only this host "
                         "reaches it (the head's Accelerators tab and a Prometheus elsewhere "
                         "do not); to be reached from the cluster, pass --host %s or "
                         "--host 0.0.0.0, with Ray's token on (docs/security.md)",
                         record.url, node.node_ip)
-        if other is not None and other.is_live() and not _gone(other):
-            log.warning("node %s already has a live agent registered (pid %s on %s, %s); "
-                        "run one agent per node: the two will keep replacing each other's "
-                        "record", node.node_id, other.pid, other.hostname, other.url)
         return record, registry
 
     def _report(self, error: str) -> None:
