@@ -400,7 +400,10 @@ class AcceleratorsApi:
                 self._node_state(node_id)  # 404: nothing can know an unknown node's series
             scope = Scope("node", node_id)
         elif "uuid" in params:
-            scope = Scope("device", _check_uuid(params["uuid"]))
+            uuid = _check_uuid(params["uuid"])
+            if self.tab_history.prometheus is None and not self._device_known(uuid):
+                raise ApiError(404, f"no device {uuid} in the cluster or its in-memory history")
+            scope = Scope("device", uuid)
         elif "job_id" in params:
             scope = Scope("job", _check_id("job", params["job_id"]))
         else:
@@ -408,6 +411,12 @@ class AcceleratorsApi:
         body = await self.tab_history.series(scope, range_name)
         return json_response({**body, "interval_s": self.collector.refresh_s,
                               **({"node_id": scope.key} if scope.kind == "node" else {})})
+
+    def _device_known(self, uuid: str) -> bool:
+        """Whether a node of the view has device `uuid`, or the in-memory history has it."""
+        return bool(self.collector.history.series(f"device.{uuid}.utilization")) or any(
+            d["uuid"] == uuid for node in self._view().nodes.values()
+            for d in (node.data or {}).get("devices", ()))
 
     def _device_uuids(self, node_id: str) -> list[str]:
         node = self._view().nodes.get(node_id)

@@ -171,20 +171,25 @@ def memory_series(history: History, scope: str, key: str = "",
     `scope` is cluster, node (with the node's device `devices`), device (`key` its
     uuid) or job: the rounds keep no per-job series, so a job's are empty.
     """
-    body: dict[str, object] = {"timestamps": history.timestamps()}
+    timestamps = history.timestamps()
+    body: dict[str, object] = {"timestamps": timestamps}
+
+    def series(name: str) -> list[float | None]:  # one value per timestamp, None where absent
+        return history.series(name) or [None] * len(timestamps)
+
     if scope == "cluster":
-        body.update({name: history.series(f"cluster.{name}") for name in CLUSTER_SERIES})
+        body.update({name: series(f"cluster.{name}") for name in CLUSTER_SERIES})
     elif scope == "node":
-        body.update(utilization=history.series(f"node.{key}.utilization"),
-                    power_watts=history.series(f"node.{key}.power_watts"),
-                    devices={uuid: _device_series(history, uuid) for uuid in devices})
+        body.update(utilization=series(f"node.{key}.utilization"),
+                    power_watts=series(f"node.{key}.power_watts"),
+                    devices={uuid: _device_series(series, uuid) for uuid in devices})
     elif scope == "device":
-        body.update(_device_series(history, key))
+        body.update(_device_series(series, key))
     else:
         body.update({name: [] for name in JOB_SERIES})
     return body
 
 
-def _device_series(history: History, uuid: str) -> dict[str, list[float | None]]:
-    return {name: history.series(f"device.{uuid}.{name}")
-            for name in ("utilization", "memory_used_bytes")}
+def _device_series(series: Callable[[str], list[float | None]],
+                   uuid: str) -> dict[str, list[float | None]]:
+    return {name: series(f"device.{uuid}.{name}") for name in ("utilization", "memory_used_bytes")}

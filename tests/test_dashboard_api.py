@@ -180,6 +180,7 @@ def test_api_over_real_and_fake_agents(agent, template):
                     ("findings", {"node_id": node_id(0)[:-1] + "\n"}, 400, "malformed node id"),
                     ("history", {"job_id": "0100000\n"}, 400, "malformed job id"),
                     ("history", {"uuid": "GPU-x\n"}, 400, "malformed device uuid"),
+                    ("history", {"uuid": "GPU-gone"}, 404, "no device GPU-gone in the cluster"),
                 ]:
                     reply = await get(path, params=params)
                     body = await reply.json()

@@ -29,7 +29,7 @@ from prometheus_server import PROMETHEUS, PrometheusServer, free_port
 from ray_accel.dashboard_module import prometheus_history
 from ray_accel.dashboard_module.api import AcceleratorsApi
 from ray_accel.dashboard_module.collector import AgentTarget, Collector
-from ray_accel.dashboard_module.history import History
+from ray_accel.dashboard_module.history import History, memory_series
 from ray_accel.dashboard_module.prometheus_history import (
     RANGES,
     SESSION_CHECK_S,
@@ -624,3 +624,15 @@ def test_history_follows_the_clusters_ray_session_and_is_in_memory_while_unknown
     assert all('SessionName=~"session_b"' in q for q in scoped[-3:])
     assert len(asked) == 9  # the same session's answer came again from its query, then b's
     assert not sessions
+
+
+def test_in_memory_series_of_an_unknown_device_or_node_hold_a_value_per_timestamp():
+    history = History(10)
+    for at in (1.0, 2.0, 3.0):
+        history.record(at, {"device.GPU-1.utilization": 0.5, "cluster.utilization": 0.5})
+    for scope, key in (("device", "GPU-2"), ("node", "ab" * 28)):
+        body = memory_series(history, scope, key)
+        lists = {k: v for k, v in body.items() if isinstance(v, list)}
+        assert lists["timestamps"] == [1.0, 2.0, 3.0]
+        assert all(v == [None] * 3 for k, v in lists.items() if k != "timestamps"), body
+    assert memory_series(history, "device", "GPU-1")["utilization"] == [0.5] * 3
