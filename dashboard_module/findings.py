@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from ..exporter import catalog as m
+from ..exporter.model import UNKNOWN_MODEL
 from ..exporter.node_view import HARMFUL_THROTTLE_REASONS
 from .node_state import NODE_OK, NODE_STALE, NODE_UNREACHABLE, NodeState
 
@@ -119,9 +120,15 @@ def _holder_findings(node: NodeState, device: dict[str, Any], name: str) -> list
     return found
 
 
+def _model_or_vendor(device: Mapping[str, Any]) -> str:
+    """The device's model, or "<vendor> device" for one not identified yet."""
+    model = device["model"]
+    return model if model and model != UNKNOWN_MODEL else f"{device['vendor'] or 'the'} device"
+
+
 def device_findings(node: NodeState, device: dict[str, Any]) -> list[Finding]:
     """Everything wrong with one device, most severe first."""
-    name = f"{device['model']} #{device['index']}"
+    name = f"{_model_or_vendor(device)} #{device['index']}"
     if not device["up"]:
         # A device that does not answer keeps its counters (the XID that announced the
         # loss among them): what they say is still true.

@@ -30,6 +30,9 @@ class Peer:
     p2p: str = ""
 
 
+UNKNOWN_MODEL = "unknown"  # the model of a device not identified yet (its name call failed)
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """Identity and static facts of one accelerator (a physical GPU or a MIG instance).

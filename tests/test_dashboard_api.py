@@ -84,6 +84,18 @@ def test_a_device_held_down_by_heat_is_a_throttling_finding_on_any_vendor(templa
         ("5", [reason])]
 
 
+def test_a_device_never_identified_is_named_by_its_vendor_in_findings(template):
+    doc = copy.deepcopy(template)
+    doc["attribution"]["node_id"] = node_id(1)
+    lost = doc["devices"][2]  # lost before the agent started: no name, no UUID
+    lost.update(up=False, model="unknown", uuid="nvidia-index-2", links=[], processes=[],
+                values={})
+    node = NodeState(node_id(1), "http://x", "host-1", data=reduce_snapshot(doc))
+    (down,) = [f for f in build_view([node], refresh_s=5).findings
+               if f["kind"] == "device_down"]
+    assert down["message"] == "nvidia device #2 is not answering"
+
+
 def test_a_lost_device_keeps_its_xid_and_ecc_findings(template):
     doc = copy.deepcopy(template)
     doc["taken_at"] = time.time()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
-from ...model import Device, Link, Reading
+from ...model import UNKNOWN_MODEL, Device, Link, Reading
 from ..base import (
     BackendUnavailable,
     DeviceReads,
@@ -112,7 +112,7 @@ class AmdBackend(HandleBackend[_Tracked]):
         self._tracked = {}
         self._topology = GpuTopology(library)
         self._facts = self._library_facts(library)
-        return [_PendingGpu(Device(self.vendor, str(index), f"amd-index-{index}", "unknown"),
+        return [_PendingGpu(Device(self.vendor, str(index), f"amd-index-{index}", UNKNOWN_MODEL),
                             tuple(group))
                 for index, group in enumerate(self._by_pci_device(library, handles))]
 
@@ -233,7 +233,7 @@ class AmdBackend(HandleBackend[_Tracked]):
         partition = number(kfd.get("current_partition_id"))
         return _Identity(
             uuid=uuid or f"amd-index-{position}",
-            model=_text(asic.get("market_name")) or "unknown",
+            model=_text(asic.get("market_name")) or UNKNOWN_MODEL,
             pci_bus_id=bus,
             partition_id=int(partition) if partition else 0,
             facts=facts,

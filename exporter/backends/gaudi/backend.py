@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from ...model import Device, Reading
+from ...model import UNKNOWN_MODEL, Device, Reading
 from ...nics import nearest_nics
 from ..base import (
     BackendUnavailable,
@@ -30,7 +30,6 @@ from .library import load_pyhlml, start_hlml
 from .nic import PortReader, ports_of
 from .probes import PROBES
 
-UNKNOWN_MODEL = "unknown"
 # The habanalabs driver's device files (/dev/accel/accel<N> on recent kernels, /dev/hl<N> before).
 _DEVICE_NODES = ("/dev/accel/accel[0-9]*", "/dev/hl[0-9]*")
 

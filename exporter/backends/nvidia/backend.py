@@ -15,7 +15,7 @@ from typing import Any
 import pynvml
 
 from ... import catalog as m
-from ...model import Device, Link, Reading, labels_of
+from ...model import UNKNOWN_MODEL, Device, Link, Reading, labels_of
 from ...nics import nearest_nics
 from ..base import (
     BackendUnavailable,
@@ -100,7 +100,8 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             self.close()
             raise BackendUnavailable(f"NVML cannot count the GPUs: {error}") from None
         self._gpu_count = count
-        return [Undiscovered(Device(self.vendor, str(index), f"nvidia-index-{index}", "unknown"))
+        return [Undiscovered(Device(self.vendor, str(index), f"nvidia-index-{index}",
+                                    UNKNOWN_MODEL))
                 for index in range(count)]
 
     def discover(self, pending: Undiscovered) -> Sequence[Device]:
@@ -242,7 +243,7 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             vendor=self.vendor,
             index=index,
             uuid=text(uuid) if uuid is not None else f"nvidia-index-{index}",
-            model=text(name) if name is not None else "unknown",
+            model=text(name) if name is not None else UNKNOWN_MODEL,
             pci_bus_id=pci_bus_id,
             parent_uuid=parent.uuid if parent else "",
             facts=facts,
