@@ -59,6 +59,7 @@ LOOKBACK_S = 300  # Prometheus' default query.lookback-delta
 MAX_SCRAPE_INTERVAL_S = 60  # the longest scrape interval the grid allows for
 MAX_CACHED = 512
 MAX_ANSWER_BYTES = 16 * 2**20
+MAX_WARNINGS = 5  # of Prometheus' warnings (a partial answer, ...) passed on per answer
 # Queries in flight to Prometheus at once, whatever the number of tabs open.
 MAX_CONCURRENT_QUERIES = 8
 
@@ -305,14 +306,15 @@ class PrometheusHistory:
         now = time.time() if now is None else now
         start, end, step = self.grid(range_name, now)
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+        warnings: list[str] = []
         try:
             async with asyncio.timeout(self.settings.timeout_s), aiohttp.ClientSession(
                     timeout=timeout, headers=list(self.settings.headers)) as session:
                 recorded = (scope.kind == "cluster" and range_name in RECORDED_RANGES
-                            and await self._has_recorded(session, now))
+                            and await self._has_recorded(session, now, warnings))
                 queries = scope_queries(scope, self.filters, step, recorded)
                 results = await asyncio.gather(*(
-                    self._query_range(session, expr, start, end, step)
+                    self._query_range(session, expr, start, end, step, warnings)
                     for expr in queries.values()))
         except TimeoutError:
             raise PrometheusError(f"{self.where} did not answer within "
@@ -323,6 +325,8 @@ class PrometheusHistory:
         count = (end - start) // step + 1
         body: dict[str, Any] = {"timestamps": [float(start + i * step) for i in range(count)],
                                 "step_s": step, "recorded": recorded}
+        if warnings:  # e.g. a partial answer: shown beside the series, not hidden
+            body["warnings"] = sorted(set(warnings))[:MAX_WARNINGS]
         try:
             for name, matrix in zip(queries, results, strict=True):
                 if name.endswith("/uuid"):
@@ -339,24 +343,28 @@ class PrometheusHistory:
                                   f"matrix ({type(error).__name__}: {error})") from None
         return body
 
-    async def _has_recorded(self, session: aiohttp.ClientSession, now: float) -> bool:
+    async def _has_recorded(self, session: aiohttp.ClientSession, now: float,
+                            warnings: list[str]) -> bool:
         """Whether Prometheus holds the recording rules' series of this session and cluster
         now: one instant query, remembered for RECORDED_CHECK_S (a failed one is not)."""
         until, present = self._recorded
         if until <= now:
             check = f"group({named(record_name(PRESENCE_PART), *self.filters)})"
             present = bool(await self._query(session, "query", {"query": check,
-                                                                "time": f"{now:.3f}"}, "vector"))
+                                                                "time": f"{now:.3f}"}, "vector",
+                                             warnings))
             self._recorded = (now + RECORDED_CHECK_S, present)
         return present
 
     async def _query_range(self, session: aiohttp.ClientSession, expr: str, start: int,
-                           end: int, step: int) -> list[dict[str, Any]]:
+                           end: int, step: int, warnings: list[str]) -> list[dict[str, Any]]:
         form = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
-        return await self._query(session, "query_range", form, "matrix")
+        return await self._query(session, "query_range", form, "matrix", warnings)
 
     async def _query(self, session: aiohttp.ClientSession, path: str, form: dict[str, str],
-                     result_type: str) -> list[dict[str, Any]]:
+                     result_type: str, warnings: list[str]) -> list[dict[str, Any]]:
+        """The query's result; the warnings Prometheus gives with it are added to
+        `warnings`."""
         url = f"{self.settings.url}/api/v1/{path}"
         async with self._slots, session.post(url, data=form) as reply:
             try:
@@ -378,6 +386,9 @@ class PrometheusHistory:
         if kind != result_type:
             raise PrometheusError(f"{self.where} answered a "
                                   f"{str(kind)[:40]!r}, not a {result_type}")
+        given = doc.get("warnings")
+        if isinstance(given, list):
+            warnings.extend(str(w)[:300] for w in given[:MAX_WARNINGS])
         result = data.get("result") or []
         if not isinstance(result, list):
             raise PrometheusError(f"{self.where} answered a {result_type} "

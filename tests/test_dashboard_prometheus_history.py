@@ -636,3 +636,20 @@ def test_in_memory_series_of_an_unknown_device_or_node_hold_a_value_per_timestam
         assert lists["timestamps"] == [1.0, 2.0, 3.0]
         assert all(v == [None] * 3 for k, v in lists.items() if k != "timestamps"), body
     assert memory_series(history, "device", "GPU-1")["utilization"] == [0.5] * 3
+
+
+def test_prometheus_warnings_are_passed_on_with_the_series():
+    async def answer(request: web.Request, form) -> web.Response:
+        return web.json_response({"status": "success", "warnings": [
+            "partial response: store 2 did not answer"], "data": {"resultType": "matrix",
+            "result": [{"metric": {}, "values": [[form["end"], "1"]]}]}})
+
+    async def scenario() -> dict:
+        async with TestServer(_fake_prometheus(answer)) as server:
+            history = PrometheusHistory(PrometheusSettings(str(server.make_url("")),
+                                                           session_name="s1"))
+            return await history.series(Scope("device", "GPU-1"), "1h")
+
+    body = asyncio.run(scenario())
+    assert body["warnings"] == ["partial response: store 2 did not answer"]
+    assert body["utilization"][-1] == 1.0

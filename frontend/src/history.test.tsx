@@ -40,6 +40,13 @@ describe("history range and source", () => {
     expect(screen.getByTestId("range-7d").getAttribute("aria-pressed")).toBe("true");
     fireEvent.click(screen.getByTestId("range-24h"));
     expect(chosen).toEqual(["24h"]);
+    expect(screen.queryByTestId("history-warnings")).toBeNull();
+  });
+  it("shows what Prometheus warned of beside its series", () => {
+    render(<HistoryRange value="6h" onChange={() => undefined}
+      answer={{ ...fromPrometheus, warnings: ["partial response"] }} />);
+    expect(screen.getByTestId("history-warnings").textContent).toContain("partial response");
+    expect(screen.queryByTestId("history-error")).toBeNull();
   });
 });
 

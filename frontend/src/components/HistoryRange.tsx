@@ -21,6 +21,7 @@ export interface SeriesAnswer {
   timestamps: number[];
   step_s?: number;
   interval_s: number;
+  warnings?: string[]; // what Prometheus warned of with its answer (a partial response, ...)
   utilization?: Values; memory_used_bytes?: Values; power_watts?: Values;
   idle_allocations?: Values; devices_down?: Values; devices_held?: Values;
   devices?: Record<string, { utilization?: Values; memory_used_bytes?: Values }>;
@@ -82,6 +83,11 @@ export function HistoryRange({ value, onChange, answer }: {
           Prometheus is not used for these series: {answer.error}
         </Alert>
       )}
+      {answer?.warnings?.length ? (
+        <Alert severity="info" data-testid="history-warnings">
+          Prometheus warned with these series: {answer.warnings.join("; ")}
+        </Alert>
+      ) : null}
     </Stack>
   );
 }
