@@ -25,6 +25,7 @@ from .backends.base import (
     Backend,
     BackendAbsent,
     BackendUnavailable,
+    DeviceChanged,
     DeviceDown,
     ErrorTally,
     Undiscovered,
@@ -127,6 +128,8 @@ class BackendRunner:
             self._finish_open(now)
             return
         for device in list(self.devices):
+            if device.uuid not in self.workers:
+                continue  # forgotten this cycle with its changed GPU
             future = self.workers[device.uuid].take_result()
             if device.uuid in self.undiscovered:
                 self._take_discovery(device, future, now, tally)
@@ -134,6 +137,8 @@ class BackendRunner:
                 continue
             elif future.exception() is None and isinstance(future.result(), _Identified):
                 self._take_first_reads(future.result(), tally)
+            elif isinstance(future.exception(), DeviceChanged):
+                self._identify_again(device, future.exception())
             else:
                 self._take_sample(self._sample_result(device, future, tally))
         self._isolate_late()
@@ -329,6 +334,28 @@ class BackendRunner:
             self.first_reads.update(device.uuid for device in found)
         else:
             self._take_first_reads(identified, tally)
+
+    def _identify_again(self, device: Device, changed: DeviceChanged) -> None:
+        """Another device answers where `device` was (or its partitions changed): it and
+        what the backend forgot with it leave, and a placeholder in their place is
+        identified as at start. Their series end: what answers now is not them."""
+        gone = [d for d in self.devices if d.uuid in changed.forgotten or d.uuid == device.uuid]
+        position = self.devices.index(gone[0])
+        for each in gone:
+            self.devices.remove(each)
+            worker = self.workers.pop(each.uuid)
+            worker.withdraw()  # a read of it still queued this cycle
+            worker.shutdown()
+            for kept in (self.last, self.answered_at):
+                kept.pop(each.uuid, None)
+            for marks in (self.stale, self.alone, self.said_down, self.first_reads):
+                marks.discard(each.uuid)
+        placeholder = changed.pending.placeholder
+        self.devices.insert(position, placeholder)
+        self.undiscovered[placeholder.uuid] = _Discovery(changed.pending)
+        self.workers[placeholder.uuid] = self._worker(placeholder)
+        log.warning("%s device %s changed (%s): identifying it again", self.backend.name,
+                    placeholder.index, changed.kind)
 
     def _take_first_reads(self, identified: _Identified, tally: ErrorTally) -> None:
         self.first_reads.difference_update(d.uuid for d in identified.devices)

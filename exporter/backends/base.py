@@ -16,8 +16,8 @@ from ..model import Device, DeviceSample, Link, ProcessSample, Reading
 from .calls import CallErrors, DeviceDown, ErrorTally
 
 __all__ = [  # the call wrapper's names are imported from here too
-    "Backend", "BackendAbsent", "BackendUnavailable", "CallErrors", "DeviceDown",
-    "DeviceReads", "ErrorTally", "HandleBackend", "HandleDevice", "Undiscovered",
+    "Backend", "BackendAbsent", "BackendUnavailable", "CallErrors", "DeviceChanged",
+    "DeviceDown", "DeviceReads", "ErrorTally", "HandleBackend", "HandleDevice", "Undiscovered",
     "open_in_turn", "read_timed", "sample_through_handle", "unavailable",
 ]
 
@@ -63,6 +63,19 @@ class Undiscovered:
     placeholder: Device
 
 
+class DeviceChanged(DeviceDown):
+    """The device a handle reads is no longer the one identified: another UUID answers
+    there, or its partitions were made again (MIG instances created or destroyed). The
+    backend has forgotten `forgotten` (the device and its partitions, by UUID); `pending`
+    stands for what is there now, to be identified again."""
+
+    def __init__(self, function: str, kind: str, pending: Undiscovered,
+                 forgotten: tuple[str, ...]) -> None:
+        super().__init__(function, kind)
+        self.pending = pending
+        self.forgotten = forgotten
+
+
 @dataclass(frozen=True)
 class DeviceReads:
     """What one cycle read from a device that answered."""
@@ -103,6 +116,8 @@ def sample_through_handle(
     try:
         reads = read()
         calls.raise_if_silent()
+    except DeviceChanged:
+        raise  # the runner identifies what is there now
     except DeviceDown as down:
         return DeviceSample(device=device, up=False, taken_at=taken_at,
                             duration_s=time.monotonic() - started,
@@ -232,7 +247,10 @@ class HandleBackend(Backend, Generic[Tracked]):
         return dict(self._facts)
 
     def sample(self, device: Device) -> DeviceSample:
-        tracked = self._tracked[device.uuid]
+        tracked = self._tracked.get(device.uuid)
+        if tracked is None:  # forgotten this cycle (DeviceChanged): to be identified again
+            return DeviceSample(device=device, up=False, taken_at=time.time(),
+                                errors={"identity": "changed: identified again"})
         with tracked.lock:
             return sample_through_handle(tracked.device, tracked.handle, tracked.calls,
                                          partial(self._read, tracked))

@@ -19,6 +19,7 @@ from ...model import UNKNOWN_MODEL, Device, Link, Reading, labels_of
 from ...nics import nearest_nics
 from ..base import (
     BackendUnavailable,
+    DeviceChanged,
     DeviceReads,
     HandleBackend,
     HandleDevice,
@@ -100,9 +101,10 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             self.close()
             raise BackendUnavailable(f"NVML cannot count the GPUs: {error}") from None
         self._gpu_count = count
-        return [Undiscovered(Device(self.vendor, str(index), f"nvidia-index-{index}",
-                                    UNKNOWN_MODEL))
-                for index in range(count)]
+        return [self._placeholder(str(index)) for index in range(count)]
+
+    def _placeholder(self, index: str) -> Undiscovered:
+        return Undiscovered(Device(self.vendor, index, f"nvidia-index-{index}", UNKNOWN_MODEL))
 
     def discover(self, pending: Undiscovered) -> Sequence[Device]:
         index = pending.placeholder.index
@@ -158,6 +160,8 @@ class NvidiaBackend(HandleBackend[_Tracked]):
         now = self._clock()
         slow = state.slow
         due = slow.due(now)
+        if due:  # at the slow cadence: is the device behind the handle still the same one?
+            self._check_identity(tracked, partitions=state.rare.due(now))
         links: tuple[Link, ...] = ()
         if tracked.links is not None:
             gpm = state.extra.get("gpm")  # the link rates it measured this cycle, if any
@@ -180,6 +184,40 @@ class NvidiaBackend(HandleBackend[_Tracked]):
             self._xid.poll()
         readings.extend(self._xid_readings(tracked.device.uuid))
         return DeviceReads(tuple(readings), links, procs)
+
+    def _check_identity(self, tracked: _Tracked, partitions: bool) -> None:
+        """`DeviceChanged` where the handle now reads a device with another UUID, or (with
+        `partitions`, at the rare cadence: the MIG mode call costs 0.3 ms of a real
+        driver's CPU) a GPU's MIG instances are not the ones identified (created,
+        destroyed, MIG turned on or off); the GPU and its instances are then forgotten, to
+        be identified again."""
+        calls, handle, device = tracked.calls, tracked.handle, tracked.device
+        uuid = calls.call(pynvml.nvmlDeviceGetUUID, handle)
+        gpu_index = device.index.partition("/")[0]
+        if uuid is not None and text(uuid) != device.uuid:
+            self._changed(gpu_index, f"{device.uuid} is now {text(uuid)}")
+        if device.parent_uuid or not partitions:
+            return
+        known = {t.device.uuid for t in list(self._tracked.values())
+                 if t.device.parent_uuid == device.uuid}
+        found = set()
+        for mig_handle in self._mig_handles(calls, handle):
+            mig_uuid = calls.call(pynvml.nvmlDeviceGetUUID, mig_handle)
+            if mig_uuid is None:
+                return  # cannot tell: the next check asks again
+            found.add(text(mig_uuid))
+        if found != known:
+            self._changed(gpu_index, f"MIG instances {', '.join(sorted(known)) or 'none'} are "
+                                     f"now {', '.join(sorted(found)) or 'none'}")
+
+    def _changed(self, gpu_index: str, what: str) -> None:
+        """Forget GPU `gpu_index` and its MIG instances; raise `DeviceChanged` for it."""
+        forgotten = tuple(uuid for uuid, t in list(self._tracked.items())
+                          if t.device.index.partition("/")[0] == gpu_index)
+        for uuid in forgotten:
+            del self._tracked[uuid]
+        raise DeviceChanged("identity", f"changed: {what}", self._placeholder(gpu_index),
+                            forgotten)
 
     def _xid_readings(self, uuid: str) -> list[Reading]:
         if self._xid is None or uuid not in self._xid.watched:
