@@ -4,13 +4,16 @@ Three nodes, each recorded in its own process at once: l4-pcie (NVIDIA),
 mi300x-8 (AMD) and gaudi2-8 (Gaudi), card 1's power reading failing (TIMEOUT,
 t = 2-12 s) and card 2's temperature call hanging from t = 6 s; on the GPU
 nodes a process on GPU 0 from t = 5 s to 11 s; on the AMD and Gaudi nodes
-device 3 lost at t = 12 s and one call spending 1 ms of CPU (a `busy` delay).
+device 3 lost at t = 12 s and one call spending 1 ms of CPU (a `busy` delay); on the
+NVIDIA node GPU 3 answering every call GPU_IS_LOST from 5 s to 12 s, then again.
 The recorded file holds an `errors` rule for that function on device 1 only,
 `delays` rules on card 2 only, the costly call as a `busy` delay, the process
-with its window and the loss at its time; an agent on the replay misses device
+with its window, the loss at its time and the outage GPU 3 came back from as an
+`errors` rule (not a loss); an agent on the replay misses device
 1's power inside the window only (the call's error counted on it alone), finds
 card 2 stale while the others answer, lists the process only inside its window
-and device 3 down after its loss, as on the original. (HLML lists no processes.)
+and device 3 down after its loss (GPU 3 down in its outage only), as on the original.
+(HLML lists no processes.)
 Beside them a TPU host whose libtpu does not serve HBM bandwidth and fails the
 duty cycle (INTERNAL, t = 2-12 s), and a Neuron node whose monitor leaves out the
 hardware counters and reports the runtime's memory with an error: recorded as
@@ -39,6 +42,8 @@ BEFORE_S, INSIDE_S, AFTER_S, HUNG_S = 1.5, 6.0, 14.0, 12.0
 WINDOW_TOLERANCE_S = 1.5
 PROCESS = {"pid": 4242, "used_memory_bytes": 2**30, "from_s": 5, "until_s": 11}
 LOST_S = 12.0
+# an outage the NVIDIA node's GPU 3 comes back from (its discovery done before it)
+OUTAGE = {"function": "*", "device": 3, "code": "GPU_IS_LOST", "from_s": 5, "until_s": 12}
 # node -> (source, failing power call, hanging temperature call)
 NODES: dict[str, tuple[str, str, str]] = {
     "nvidia": ("l4-pcie", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature"),
@@ -70,7 +75,7 @@ def _faulty(vendor: str) -> dict[str, Any]:
         scenario["gaudi"]["delays"] = delays
         scenario["gaudi"]["devices"][3]["lost_at_s"] = LOST_S
         return scenario
-    scenario["errors"] = failing
+    scenario["errors"] = failing + ([OUTAGE] if vendor == "nvidia" else [])
     scenario["delays"] = delays
     scenario["devices"][0].setdefault("processes", []).append(dict(PROCESS))
     if vendor == "amd":
@@ -245,6 +250,21 @@ def test_lost_device_at_its_time_and_down_in_the_replay(trips: dict, vendor: str
         assert _at(trip, which, INSIDE_S).get(lost) == 1.0, started
         after = _at(trip, which, AFTER_S)
         assert after.get(lost, 0.0) == 0.0 and after[kept] == 1.0, started
+
+
+def test_outage_the_gpu_came_back_from_is_an_error_window_not_a_loss(trips: dict) -> None:
+    trip = trips["nvidia"]
+    offset = trip["offset_s"]
+    assert not any("lost_at_s" in d for d in trip["scenario"]["devices"])
+    rules = [r for r in trip["scenario"]["errors"] if r["device"] == 3]
+    assert {r["code"] for r in rules} == {OUTAGE["code"]}
+    assert abs(min(r["from_s"] for r in rules) + offset - OUTAGE["from_s"]) <= WINDOW_TOLERANCE_S
+    assert abs(max(r["until_s"] for r in rules) + offset - OUTAGE["until_s"]) <= WINDOW_TOLERANCE_S
+    # down inside (an agent started then cannot even identify it), up again after
+    gpu = json.dumps([_uuids(trip)[3], "up"])
+    for which in ("original", "replay"):
+        assert _at(trip, which, INSIDE_S).get(gpu, 0.0) == 0.0, which
+        assert _at(trip, which, AFTER_S)[gpu] == 1.0, which
 
 
 def test_tpu_metric_failures_recorded_and_replayed(trips: dict) -> None:

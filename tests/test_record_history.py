@@ -15,8 +15,11 @@ import urllib.request
 import pytest
 from agent_process import AgentProcess
 
+from ray_accel.exporter import catalog as m
+from ray_accel.exporter.carry import carried
 from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, Reading
 from ray_accel.exporter.record.history import AGED_DROPPED_TOGETHER, History
+from ray_accel.exporter.record.scenario_file import build_scenario, recording_start
 from ray_accel.exporter.simulate import load_scenario
 
 TOKEN = "ray-cluster-token-for-record-tests"
@@ -79,6 +82,34 @@ def test_the_newest_frame_stays_though_alone_beyond_the_cap() -> None:
 def test_history_refuses_bad_bounds() -> None:
     with pytest.raises(ValueError, match="positive"):
         History(max_age_s=0)
+
+
+def test_a_device_lost_long_before_does_not_move_the_recordings_start() -> None:
+    # GPU 1 is lost at the 5th cycle of 40; its samples since hold its last answer's time
+    # (carry.py). The last 10 s start at GPU 0's sample in their first cycle: its power
+    # climbs over those 10 s from t = 0, and GPU 1 was lost from the start.
+    gpus = [Device("nvidia", str(i), f"GPU-00000000-0000-0000-0000-00000000000{i}",
+                   "Test GPU") for i in range(2)]
+    history, last = History(), None
+    for cycle in range(40):
+        now = 1000.0 + cycle
+        healthy = DeviceSample(gpus[0], True, now - 0.2,
+                               readings=(Reading(m.POWER, 100.0 + cycle),))
+        if cycle < 5:
+            last = other = DeviceSample(gpus[1], True, now - 0.2,
+                                        readings=(Reading(m.POWER, 50.0),))
+        else:
+            other = carried(last, DeviceSample(
+                gpus[1], False, now - 0.2,
+                errors={"nvmlDeviceGetUtilizationRates": "gpu_is_lost"}))
+        history.add(NodeSnapshot(cycle=cycle, taken_at=now, interval_s=1.0, node_labels={},
+                                 backends=(), devices=(healthy, other)))
+    recording = history.recording(last_s=10)
+    assert recording.frames[0].taken_at == 1029.0 and recording_start(recording) == 1028.8
+    scenario = build_scenario(recording, keep_identities=True)
+    assert scenario["description"].startswith("Recorded for 10 s")
+    power, lost = scenario["devices"][0]["power_mw"], scenario["devices"][1]["lost_at_s"]
+    assert power["keyframes"] == [[0.0, 129000], [10.0, 139000]] and lost == 0.0
 
 
 MEASURE = """

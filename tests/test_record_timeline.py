@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 from ray_accel.exporter.record.timeline import MAX_KEYFRAMES, counter_signal, gauge_signal, unwrap
 from ray_accel.exporter.simulate import load_scenario
+from ray_accel.exporter.simulate.signals import counter_at, value_at
 
 
 def _at(signal: object, t: float) -> float:
@@ -107,3 +109,57 @@ def test_every_shape_loads_as_a_scenario_value() -> None:
               "pcie_replay": counter_signal([(0.0, 0.0), (1.0, 3.0), (2.0, 9.0)])}
     loaded = load_scenario({"devices": [device]})
     assert loaded["devices"][0]["pcie_replay"]["start"] == 0
+
+
+def test_a_single_count_replays_from_its_reading_on() -> None:
+    # One ECC error between two readings at any times: the replay (which floors the
+    # counter) has it at the reading that saw it and after, never a hair below.
+    rng = random.Random(7)
+    for _ in range(1000):
+        a = rng.uniform(0.1, 30)
+        b = a + rng.uniform(0.05, 30)
+        counter = counter_signal([(0.0, 0.0), (a, 0.0), (b, 1.0), (b + 1, 1.0)])
+        assert [counter_at(counter, t) for t in (a, b, b + 0.5, b + 1)] == [0, 1, 1, 1], (
+            a, b, counter)
+
+
+def test_a_few_counts_replay_exactly_at_every_reading_and_never_go_back() -> None:
+    # Error counters read at jittered times (and late cycles), a few counts now and then,
+    # the first reading after t = 0: every reading replays exactly, and between two the
+    # counter only climbs from one reading to the next.
+    rng = random.Random(11)
+    for _ in range(150):
+        t, count, points = rng.uniform(0, 3), rng.randint(0, 50), []
+        for _ in range(rng.randint(2, 120)):
+            points.append((t, float(count)))
+            t += rng.uniform(0.9, 1.1) if rng.random() < 0.9 else rng.uniform(0.1, 3)
+            count += rng.randint(1, 3) if rng.random() < 0.3 else 0
+        counter = counter_signal(points)
+        assert [counter_at(counter, t) for t, _ in points] == [v for _, v in points], counter
+        for (t0, v0), (t1, v1) in itertools.pairwise(points):
+            replayed = [counter_at(counter, t0 + (t1 - t0) * k / 8) for k in range(9)]
+            assert replayed == sorted(replayed) and v0 <= replayed[0] and replayed[-1] <= v1
+
+
+def test_a_counter_beyond_the_keyframe_limit_is_thinned_over_the_whole_recording() -> None:
+    # A rate that changes every second for 3 x MAX_KEYFRAMES s: the kept boundaries are
+    # spread over all of it, the counter exact at each and close everywhere.
+    points, total = [], 0.0
+    for t in range(3 * MAX_KEYFRAMES):
+        points.append((float(t), total))
+        total += 100.0 if t % 2 else 1.0
+    counter = counter_signal(points)
+    frames = counter["rate_per_s"]["keyframes"]
+    assert len(frames) <= MAX_KEYFRAMES
+    assert frames[0][0] == 0.0 and frames[-1][0] >= len(points) - 4
+    recorded = dict(points)
+    # (every 20th: the replay's evaluation walks all the keyframes each time)
+    assert all(counter_at(counter, t) == recorded[t] for t, _ in frames[::20])
+    assert all(abs(counter_at(counter, t) - v) <= 101 for t, v in points[::50])
+
+
+def test_a_step_signal_beyond_the_keyframe_limit_is_thinned_over_the_whole_recording() -> None:
+    points = [(float(t), float(t // 2)) for t in range(6 * MAX_KEYFRAMES)]  # a change each 2 s
+    signal = gauge_signal(points, step=True)
+    assert len(signal["keyframes"]) <= MAX_KEYFRAMES
+    assert all(abs(value_at(signal, t) - v) <= 3 for t, v in points[::50])

@@ -18,7 +18,7 @@ from ..backends.amd.interconnect import KB, XGMI
 from ..backends.amd.probes import MHZ, MIB, VIOLATIONS
 from ..backends.amd.xcp import XCC_RESIDENCY
 from ..model import Device
-from ..simulate.amd_scenario import AMD
+from ..simulate.amd_scenario import AMD, AMD_WILDCARD
 from ..simulate.checks import PLAIN_UUID
 from .processes import put_processes
 from .scenario_keys import (
@@ -191,4 +191,4 @@ RECORDER = VendorRecorder(
     absent_kinds=frozenset({"not_supported", "not_yet_implemented", "no_perm",
                             "fail_load_symbol", "function_not_found", "parameter",
                             "not_found"}),
-    hung_calls=HUNG_CALLS)
+    hung_calls=HUNG_CALLS, lost_kinds=frozenset({"not_found"}), wildcard=AMD_WILDCARD)

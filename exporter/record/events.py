@@ -2,8 +2,12 @@
 
 - a call that failed with a vendor library error (a sample's `errors`) for a run of
   cycles becomes an `errors` rule for that function and device over that window
-  (NOT_SUPPORTED is no rule: the scenario leaves the key out);
-- a device that went down (not stale) becomes `lost_at_s` just after its last good sample;
+  (NOT_SUPPORTED is no rule: the scenario leaves the key out); so does the call a
+  device went down on (not stale), with its code, where it came back or went down
+  for another reason than the vendor's lost kind (a device that answered no call:
+  the library's every call);
+- a device down with the lost kind (GPU_IS_LOST) to the end of the recording becomes
+  `lost_at_s` just after its sample before;
 - a device that stopped answering (stale) becomes `delays` rules on its sampling calls;
 - XID events are placed at the cycle their count grew in (before the recording: t = 0);
 - a call whose measured CPU cost (NVML, amdsmi, pyhlml: the call wrapper times each
@@ -14,11 +18,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .. import catalog as m
 from ..backends.calls import COSTLY_CALL_CPU_S
 from .series import DeviceSeries, label_map
+from .vendors import VendorRecorder
+
+# What a down sample names when the device answered no call (backends/calls.py's
+# `raise_if_silent`).
+SILENT = "every call"
 
 
 def failure_windows(series: DeviceSeries, interval_s: float,
@@ -49,26 +59,45 @@ def failure_windows(series: DeviceSeries, interval_s: float,
             for (named, kind), runs in sorted(windows.items()) for first, last in runs]
 
 
-def error_rules(index: int, series: DeviceSeries, interval_s: float, call_prefix: str,
-                absent_kinds: Collection[str]) -> list[dict[str, Any]]:
+def error_rules(index: int, series: DeviceSeries, interval_s: float,
+                recorder: VendorRecorder) -> list[dict[str, Any]]:
     """`errors` rules of one device from the per-cycle errors of its samples: the calls
-    named `call_prefix...` that failed other than with one of `absent_kinds` (the
-    backend's own names, such as "gpm", are no call)."""
-    windows = failure_windows(
-        series, interval_s,
-        lambda call, kind: kind not in absent_kinds and call.startswith(call_prefix),
-        lambda call: call.partition("[")[0])
+    named with the recorder's `call_prefix` that failed other than with one of its
+    `absent_kinds` (the backend's own names, such as "gpm", are no call), and the call
+    each down sample failed on, whatever its kind (its `wildcard` for a device that
+    answered no call), until the device was lost for good (`lost_at`)."""
+    lost = lost_at(series, recorder.lost_kinds)
+    down = set(series.down_times)
+    failed = [(t, {recorder.wildcard if call == SILENT else call: kind
+                   for call, kind in errors.items() if _ruled(recorder, call, kind, t in down)})
+              for t, errors in series.errors if lost is None or t < lost]
+    windows = failure_windows(replace(series, errors=failed), interval_s,
+                              lambda call, kind: True, lambda call: call.partition("[")[0])
     return [{"function": function, "device": index, "code": kind.upper(),
              "from_s": start, "until_s": until} for function, kind, start, until in windows]
 
 
-def lost_at(series: DeviceSeries) -> float | None:
-    """When the device was lost: just after its last good sample before it went down."""
-    if not series.down_times:
+def _ruled(recorder: VendorRecorder, call: str, kind: str, down: bool) -> bool:
+    """Whether a failed call becomes an error rule: one of the vendor library's that did
+    not fail with a kind that only leaves its key out; in a down sample, the call the device
+    went down on (its kind is why), or every call where it answered none."""
+    if down and call == SILENT:
+        return True
+    return call.startswith(recorder.call_prefix) and (down or kind not in recorder.absent_kinds)
+
+
+def lost_at(series: DeviceSeries, lost_kinds: Collection[str]) -> float | None:
+    """When the device was lost for good: just after the sample before its last run of
+    down samples, where every sample from then to the end of the recording was down with
+    one of `lost_kinds` (a device that came back, or went down otherwise, is not lost)."""
+    why = dict(series.errors)
+    others = [*series.up_times, *series.stale_times,
+              *(t for t in series.down_times
+                if not any(kind in lost_kinds for kind in why.get(t, {}).values()))]
+    last = max(others, default=None)
+    if not any(last is None or t > last for t in series.down_times):
         return None
-    first_down = series.down_times[0]
-    before = [t for t in series.up_times if t < first_down]
-    return round(before[-1] + 0.001, 3) if before else 0.0
+    return round(last + 0.001, 3) if last is not None else 0.0
 
 
 def hang_rules(index: int, series: DeviceSeries, interval_s: float, end_s: float,

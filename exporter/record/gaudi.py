@@ -16,6 +16,7 @@ from typing import Any
 from .. import catalog as m
 from ..backends.gaudi.nic import ROCE
 from ..model import Device
+from ..simulate.gaudi_scenario import WILDCARD
 from .scenario_keys import Row, put, put_error_counts, put_gauges, put_last, scaled
 from .series import DeviceSeries
 from .timeline import counter_signal, gauge_signal
@@ -134,4 +135,5 @@ RECORDER = VendorRecorder(
     top_level=section_facts, call_prefix="hlml",
     absent_kinds=frozenset({"not_supported", "invalid_argument", "function_not_found",
                             "aip_is_lost", "driver_not_loaded", "uninitialized"}),
-    hung_calls=HUNG_CALLS, section=SECTION)
+    hung_calls=HUNG_CALLS, section=SECTION, lost_kinds=frozenset({"aip_is_lost"}),
+    wildcard=WILDCARD)

@@ -318,4 +318,4 @@ RECORDER = VendorRecorder(
     vendor="nvidia", device=device_scenario, child=_mig_child, peers=topology_of,
     top_level=top_level, call_prefix="nvml",
     absent_kinds=frozenset({"not_supported", "function_not_found", "gpu_is_lost"}),
-    hung_calls=HUNG_CALLS)
+    hung_calls=HUNG_CALLS, lost_kinds=frozenset({"gpu_is_lost"}))

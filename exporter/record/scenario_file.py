@@ -85,9 +85,13 @@ def device_count(document: Mapping[str, Any]) -> int:
 
 
 def recording_start(recording: Recording) -> float:
-    """Wall-clock time of the recording's t = 0: its first device sample."""
+    """Wall-clock time of the recording's t = 0: the first device sample taken in its first
+    cycle (else that cycle's own time). A device lost or hung before it holds its last
+    answer's time, which may be long before: no start."""
     first = recording.frames[0]
-    return min((d.taken_at for d in first.devices), default=first.taken_at)
+    since = first.taken_at - recording.interval_s
+    return min((d.taken_at for d in first.devices if d.taken_at >= since),
+               default=first.taken_at)
 
 
 def _series(recording: Recording, uuids: list[str], t0: float) -> dict[str, DeviceSeries]:
@@ -125,7 +129,7 @@ def _device_entry(recording: Recording, recorder: VendorRecorder, uuid: str,
     entry = recorder.device(device, one, recording.link_facts.get(uuid, {}),
                             recording.interval_s, kids)
     entry.update(recorder.peers(device, numa))
-    if (lost := lost_at(one)) is not None:
+    if (lost := lost_at(one, recorder.lost_kinds)) is not None:
         entry["lost_at_s"] = lost
     if events := xid_events(one):
         entry["xid_events"] = events
@@ -149,8 +153,7 @@ def _section(recording: Recording, recorder: VendorRecorder,
                                           [series[u] for u in uuids], facts, children,
                                           recording.interval_s))
     errors = [rule for index, uuid in enumerate(uuids) if recorder.records_errors
-              for rule in error_rules(index, series[uuid], recording.interval_s,
-                                      recorder.call_prefix, recorder.absent_kinds)]
+              for rule in error_rules(index, series[uuid], recording.interval_s, recorder)]
     if errors:
         section["errors"] = errors
     if delays := _delays(recording, recorder, [series[u] for u in uuids], call_costs):
@@ -210,8 +213,7 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
             kids = [recorder.child(recording.devices[c], series[c], interval)
                     for c in children[uuid]]
             devices.append(_device_entry(recording, recorder, uuid, series, kids, numa))
-            errors += error_rules(index, one, interval, recorder.call_prefix,
-                                  recorder.absent_kinds)
+            errors += error_rules(index, one, interval, recorder)
         delays += _delays(recording, recorder, [series[u] for u in physical[recorder.vendor]],
                           call_costs or {}, first_index)
     description = (f"Recorded for {end_s:.0f} s at {interval:g} s per sample "

@@ -3,8 +3,10 @@
 A gauge becomes a keyframe signal: a constant when it never moved, else the
 fewest keyframes that stay within a tolerance of every sample (linear), or
 one keyframe per change (step). A counter becomes `{"start", "rate_per_s"}`
-whose rate is a step signal: the integral equals the recorded counter at the
-boundaries of every merged segment, so the replay counts what the node counted.
+whose rate is a step signal: the replay (which floors the integral) reaches the
+recorded count at the boundaries of every merged segment, a hair above it, so it
+counts what the node counted. Past `MAX_KEYFRAMES`, keyframes are thinned evenly
+over the whole recording.
 """
 
 from __future__ import annotations
@@ -12,15 +14,35 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 Point = tuple[float, float]
+T = TypeVar("T")
 MAX_KEYFRAMES = 4096
+# How far above each recorded count the replayed integral lands (relative, plus as much of
+# one count): more than a rate rounded to `RATE_DIGITS` (5e-10 of it) and the replay's
+# float sums leave out, so its floor gives the count, never the one below.
+COUNT_MARGIN = 1e-9
+RATE_DIGITS = 10  # significant digits of a counter's rate
 
 
 def _number(value: float) -> float | int:
     rounded = round(value)
     return int(rounded) if abs(value - rounded) < 1e-9 else round(value, 6)
+
+
+def _significant(value: float, digits: int = RATE_DIGITS) -> float | int:
+    """`value` to `digits` significant digits (an int when whole)."""
+    rounded = float(f"{value:.{digits}g}")
+    return int(rounded) if rounded.is_integer() else rounded
+
+
+def _evenly(items: Sequence[T], limit: int) -> list[T]:
+    """At most `limit` (>= 2) of `items`, spread evenly over them, the first and last kept."""
+    if len(items) <= limit:
+        return list(items)
+    step = (len(items) - 1) / (limit - 1)
+    return [items[round(i * step)] for i in range(limit)]
 
 
 def _tolerance(values: Sequence[float], relative: float, absolute: float) -> float:
@@ -97,7 +119,7 @@ def gauge_signal(points: Sequence[Point], *, step: bool = False, relative: float
         # climb that stops at 100 % between two samples), the range wins: the scenario
         # would refuse 100.8 %, and the device never read it.
         frames = [(t, min(max(v, min(values)), max(values))) for t, v in frames]
-    frames = frames[-MAX_KEYFRAMES:]
+    frames = _evenly(frames, MAX_KEYFRAMES)  # a step signal that changed more often
     signal: dict[str, Any] = {"keyframes": [[round(t, 3), _number(v)] for t, v in frames]}
     if step:
         signal["interpolate"] = "step"
@@ -122,43 +144,73 @@ def unwrap(points: Sequence[Point], wrap: int | None = None) -> list[Point]:
     return out
 
 
+def _rate_changes(totals: Sequence[Point], relative: float) -> list[int]:
+    """Indices of the totals (two or more) the replayed rate changes at, first and last
+    included.
+
+    Neighbouring intervals whose rates differ by less than `relative` are one at their
+    mean rate. Where that interval counts fewer than 1 / `relative` (a few errors, each
+    of which matters), it takes in only an interval no slower than itself: the line
+    through them then reaches every recorded count by its time, never later.
+    """
+    ends = [0, 1]
+    for j in range(2, len(totals)):
+        (ta, va), (tb, vb), (tj, vj) = totals[ends[-2]], totals[ends[-1]], totals[j]
+        mean, rate = (vb - va) / (tb - ta), (vj - vb) / (tj - tb)
+        if (abs(rate - mean) <= relative * max(abs(mean), abs(rate))
+                and (rate >= mean or (vj - va) * relative >= 1)):
+            ends[-1] = j
+        else:
+            ends.append(j)
+    return ends
+
+
 def counter_signal(points: Sequence[Point], *, scale: float = 1.0, relative: float = 0.01,
                    wrap: int | None = None) -> Any:
     """`{"start", "rate_per_s"}` (or a constant int) reproducing the counter `points`.
 
     `scale` converts the readings to the scenario's unit (e.g. bytes -> KiB).
     Neighbouring intervals whose rates differ by less than `relative` are merged
-    into one at their mean rate, keeping the total at the merged boundary exact.
+    into one at their mean rate (`_rate_changes`). At each kept boundary, placed at
+    or before its reading's time (ms), the replayed counter is the recorded total
+    (a hair above, so the replay's floor gives it), whatever the rates' rounding.
     """
     if not points:
         return None
-    totals = [(t, v * scale) for t, v in unwrap(points, wrap)]
-    start = totals[0][1]
-    segments: list[list[float]] = []  # [t_from, t_to, delta]
-    for (t0, v0), (t1, v1) in itertools.pairwise(totals):
-        if t1 <= t0:
-            continue
-        delta = v1 - v0
-        if segments:
-            last = segments[-1]
-            mean = last[2] / (last[1] - last[0])
-            rate = delta / (t1 - t0)
-            if abs(rate - mean) <= relative * max(abs(mean), abs(rate)):
-                last[1], last[2] = t1, last[2] + delta
-                continue
-        segments.append([t0, t1, delta])
-    rates = [(a, d / (b - a)) for a, b, d in segments]
-    if not rates or all(r == 0 for _, r in rates):
-        return int(start)
-    # The scenario counts from t = 0: before the first reading it ran at the first rate.
-    start -= rates[0][1] * totals[0][0]
-    start = start % (wrap * scale) if wrap else max(start, 0.0)
-    if len(rates) == 1 or max(r for _, r in rates) - min(r for _, r in rates) == 0:
-        rate: Any = _number(rates[0][1])
+    totals: list[Point] = []
+    for t, v in unwrap(points, wrap):
+        t = math.floor(t * 1000) / 1000
+        if totals and t <= totals[-1][0]:
+            totals[-1] = (totals[-1][0], v * scale)  # read within the same ms: the later
+        else:
+            totals.append((t, v * scale))
+    if len(totals) < 2 or totals[-1][1] == totals[0][1]:
+        return int(totals[-1][1])
+    kept = [totals[i] for i in _evenly(_rate_changes(totals, relative), MAX_KEYFRAMES)]
+    (t0, v0), (t1, v1) = kept[:2]
+    # The scenario counts from t = 0: before the first reading it ran at the first rate, or,
+    # where that would have counted from below zero, it held that reading.
+    before = v0 - (v1 - v0) / (t1 - t0) * t0
+    if before < 0 and not wrap:
+        before = math.floor(v0)
+        kept.insert(0, (0.0, before))
+    start = math.ceil(before)
+    base = int(start % (wrap * scale)) if wrap else start
+    offset, replayed = start - base, float(base)  # whole wraps left out of `start`
+    rates: list[tuple[float, float | int]] = []
+    since = 0.0
+    for (t, _), (until, total) in itertools.pairwise(kept):
+        target = total - offset  # held where the replay is already there
+        rate = _significant((target * (1 + COUNT_MARGIN) + COUNT_MARGIN - replayed)
+                            / (until - since)) if target > replayed else 0
+        replayed += rate * (until - since)
+        rates.append((t, rate))
+        since = until
+    if len({r for _, r in rates}) == 1:
+        rate_per_s: Any = rates[0][1]
     else:
-        rate = {"keyframes": [[round(t, 3), _number(r)] for t, r in rates[-MAX_KEYFRAMES:]],
-                "interpolate": "step"}
-    return {"start": int(start), "rate_per_s": rate}
+        rate_per_s = {"keyframes": [[t, r] for t, r in rates], "interpolate": "step"}
+    return {"start": base, "rate_per_s": rate_per_s}
 
 
 def midpoints(points: Sequence[Point], interval_s: float) -> list[Point]:

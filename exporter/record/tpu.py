@@ -165,4 +165,5 @@ def no_versions(facts: Mapping[str, str]) -> dict[str, Any]:
 RECORDER = VendorRecorder(
     vendor="google", device=chip_scenario, child=no_children, peers=no_peer_keys,
     top_level=no_versions, call_prefix="", absent_kinds=frozenset(), hung_calls=(),
-    section=SECTION, devices_key="chips", host_keys=host_keys, records_errors=False)
+    section=SECTION, devices_key="chips", host_keys=host_keys, records_errors=False,
+    lost_kinds=frozenset({"not_found"}))  # its device file gone

@@ -51,6 +51,10 @@ class VendorRecorder:
                          Mapping[str, Sequence[tuple[Device, DeviceSeries]]], float],
                         dict[str, Any]] | None = None
     records_errors: bool = True  # whether failing calls become the section's error rules
+    # the failure kinds of a device gone for good: down with one of them to the end of the
+    # recording, it is lost (`lost_at_s`); down otherwise, its failing call is an error rule
+    lost_kinds: frozenset[str] = frozenset()
+    wildcard: str = "*"  # what an error rule names for every call of the library
 
     def identified(self, device: Device) -> bool:
         """A physical device whose discovery finished (not a placeholder of one that had not)."""
