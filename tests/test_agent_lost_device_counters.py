@@ -109,6 +109,10 @@ def test_a_gpu_lost_or_hung_keeps_its_counters(node, fault):
         assert problem["uuid"] == doc["devices"][LOST]["uuid"]
         assert problem["state"] == ("down" if fault == "lost" else "stale")
         assert ("gpu_is_lost" if fault == "lost" else "stale") in problem["reason"]
+        # its kept counters age past the stale line; a GPU that answers "lost" is down, not
+        # stale (not answering), as /healthz says
+        aged = agent.wait_for(lambda d: d["devices"][LOST]["age_s"] > 2.5, timeout=30)
+        assert aged["devices"][LOST]["stale"] is (fault == "hung")
 
 
 def test_an_xid_is_counted_while_every_gpu_hangs(node):

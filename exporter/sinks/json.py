@@ -71,7 +71,9 @@ def _device(sample: DeviceSample, snapshot: NodeSnapshot, stale_after: float,
         "peers": [{"uuid": p.uuid, "index": p.index, "connection": p.connection, "p2p": p.p2p}
                   for p in device.peers],
         "up": sample.up,
-        "stale": age_s > stale_after,
+        # not answering (hung), or values too old; a device that answers "lost" is down,
+        # not stale, though the counters it keeps age
+        "stale": sample.stale or (sample.up and age_s > stale_after),
         "sampled_at": sample.taken_at,
         "age_s": age_s,
         "read_duration_s": sample.duration_s,
