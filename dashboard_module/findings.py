@@ -29,7 +29,7 @@ HOT_CELSIUS = 85.0
 # A hotspot sensor (AMD MI300 and later have no edge sensor) reads hotter than the die's
 # average, by more on a busy GPU; such a device counts as hot when its limiters say so.
 _LIMITER_ONLY_SENSORS = frozenset({"hotspot"})
-_THERMAL_REASONS = frozenset(m.THERMAL_THROTTLE_REASONS)
+_HEAT_REASONS = frozenset(m.HEAT_REASONS)
 
 
 class Finding(TypedDict):
@@ -183,7 +183,7 @@ def device_findings(node: NodeState, device: dict[str, Any]) -> list[Finding]:
 def is_hot(device: Mapping[str, Any]) -> bool:
     """Heat holds the device's clocks down (its own limiter says so), or its die reads
     HOT_CELSIUS or more."""
-    if not _THERMAL_REASONS.isdisjoint(device["throttle_reasons"]):
+    if not _HEAT_REASONS.isdisjoint(device["throttle_reasons"]):
         return True
     temperature = device["temperature_celsius"]
     return (temperature is not None and temperature >= HOT_CELSIUS

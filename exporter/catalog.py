@@ -175,7 +175,10 @@ REASON_SOCKET_THERMAL = "socket_thermal"
 REASON_PROCHOT = "prochot"
 REASON_VR_THERMAL = "vr_thermal"
 REASON_HBM_THERMAL = "hbm_thermal"
-# The reasons that mean heat is holding a device's clocks down, on any vendor.
+# The reasons that say heat holds a device's clocks down, on any vendor.
+HEAT_REASONS = (REASON_HW_THERMAL_SLOWDOWN, REASON_SW_THERMAL_SLOWDOWN, REASON_SOCKET_THERMAL,
+                REASON_PROCHOT, REASON_VR_THERMAL, REASON_HBM_THERMAL)
+# ... and NVIDIA's hardware slowdown, which heat, a power brake or an over-current trips.
 THERMAL_THROTTLE_REASONS = (REASON_HW_THERMAL_SLOWDOWN, REASON_SW_THERMAL_SLOWDOWN,
                             REASON_HW_SLOWDOWN, REASON_SOCKET_THERMAL, REASON_PROCHOT,
                             REASON_VR_THERMAL, REASON_HBM_THERMAL)

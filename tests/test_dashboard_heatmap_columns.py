@@ -186,6 +186,8 @@ def test_hot_is_heat_holding_the_clocks_or_a_hot_die_never_a_hotspot_reading(tem
               {"reason": "hbm_thermal"}, 1)  # ... unless its limiter says so
     set_value(devices[5]["values"], "ray.accelerator.throttle.active",
               {"reason": "sw_power_cap"}, 1)  # power, not heat
+    set_value(devices[7]["values"], "ray.accelerator.throttle.active",
+              {"reason": "hw_slowdown"}, 1)  # heat, a power brake or over-current: not said
     temperature(6, 80, "edge")
     view = build_view([NodeState(node_id(0), "http://x", "host-0",
                                  data=reduce_snapshot(copy.deepcopy(doc)))], refresh_s=5)
