@@ -413,10 +413,9 @@ class AcceleratorsApi:
                               **({"node_id": scope.key} if scope.kind == "node" else {})})
 
     def _device_known(self, uuid: str) -> bool:
-        """Whether a node of the view has device `uuid`, or the in-memory history has it."""
-        return bool(self.collector.history.series(f"device.{uuid}.utilization")) or any(
-            d["uuid"] == uuid for node in self._view().nodes.values()
-            for d in (node.data or {}).get("devices", ()))
+        """Whether the view has device `uuid`, or the in-memory history has it."""
+        return uuid in self._view().health or bool(
+            self.collector.history.series(f"device.{uuid}.utilization"))
 
     def _device_uuids(self, node_id: str) -> list[str]:
         node = self._view().nodes.get(node_id)

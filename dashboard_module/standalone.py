@@ -240,6 +240,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     prometheus, prometheus_error = configured(os.environ, session_name, args.prometheus)
     if prometheus_error:
         log.warning("%s", prometheus_error)
+
     async def session_now() -> str:
         loop = asyncio.get_running_loop()
         return (await loop.run_in_executor(None, ray_facts, address))[1]

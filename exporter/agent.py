@@ -25,11 +25,14 @@ from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
+UNKNOWN_VERSION = "unknown"  # the package's metadata is not installed (a source tree)
+
+
 def agent_version() -> str:
     try:
         return version("ray-accel")
     except PackageNotFoundError:
-        return "unknown"
+        return UNKNOWN_VERSION
 
 
 class Agent:

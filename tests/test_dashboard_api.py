@@ -172,6 +172,11 @@ def test_api_over_real_and_fake_agents(agent, template):
                     node_id(0): 8, node_id(1): 8, node_id(2): 0}
                 history = await (await get("history", params={"node_id": node_id(0)})).json()
                 assert history["utilization"]
+                (known, *_) = [d["uuid"] for n in heatmap["nodes"]  # in the view: answered
+                               for d in n["devices"]]
+                device = await get("history", params={"uuid": known})
+                assert device.status == 200
+                assert len((await device.json())["utilization"]) == len(history["timestamps"])
 
                 # clear 4xx errors
                 for path, params, status, words in [

@@ -20,6 +20,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ..agent import UNKNOWN_VERSION
 from ..agent_client import open_agent
 from .actors import NAMESPACE, SUPERVISOR_NAME, DeploySettings, RemoteSupervisor, stop_agents
 from .gcs import ClusterGcs, ClusterNode
@@ -94,7 +95,7 @@ def other_versions(agents: list[AgentRecord], mine: str) -> dict[str, list[str]]
     agents keep the code they started with when the package is upgraded under them."""
     found: dict[str, list[str]] = {}
     for record in agents:
-        if record.version not in ("", "unknown", mine):
+        if record.version not in ("", UNKNOWN_VERSION, mine):
             found.setdefault(record.version, []).append(record.node_id)
     return found
 
