@@ -24,7 +24,7 @@ RECORD = ROOT / "docs" / "real-gpu" / "real-gpu.json"
 NVLINK_ONLY = {"nvlink_version_0", "nvlink_remote_type_0"}
 # Calls the recorder learnt after the committed record was taken: compared once a lent
 # GPU has recorded them.
-RECORDED_SINCE = {"board"}
+RECORDED_SINCE = {"board", "field_times"}
 
 
 def _recorder():
@@ -63,6 +63,17 @@ def test_every_call_answers_in_the_same_shape(records):
         if field["return"] == 0:
             assert fields[field["id"]]["return"] == 0 and fields[field["id"]]["type"] == \
                 field["type"], field["id"]
+
+
+def test_field_values_carry_the_time_they_were_read_within_the_call(records):
+    # The agent times link counters by these stamps (backends/base.py `read_timed`).
+    for record in records:
+        times = record["raw"]["0"].get("field_times")
+        if times is None:
+            assert record is records[0], "the simulated record has no field times"
+            continue  # a real record taken before the recorder asked
+        for stamp in times["timestamps_us"]:
+            assert times["called_s"] - 0.001 <= stamp / 1e6 <= times["returned_s"] + 0.001
 
 
 def test_memory_v1_used_counts_the_reservation_as_on_the_real_driver(records):

@@ -64,6 +64,7 @@ def _plain(value: Any) -> Any:
 
 def raw_calls(handle: Any) -> dict[str, Any]:
     """Answers whose exact shape the simulated library copies."""
+    called = time.time()
     fields = pynvml.nvmlDeviceGetFieldValues(handle, [
         (pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, 0),
         (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0),
@@ -72,6 +73,7 @@ def raw_calls(handle: Any) -> dict[str, Any]:
         (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0),
         (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0),
     ])
+    returned = time.time()
     fabric = pynvml.c_nvmlGpuFabricInfoV_t()
     return {
         "memory_v1": _answer(pynvml.nvmlDeviceGetMemoryInfo, handle),
@@ -82,6 +84,10 @@ def raw_calls(handle: Any) -> dict[str, Any]:
         "fields": [{"id": f.fieldId, "scope": f.scopeId, "return": f.nvmlReturn,
                     "type": f.valueType, "ull": f.value.ullVal, "latency_us": f.latencyUsec}
                    for f in fields],
+        # when NVML says it read each field, beside the call's own span (the agent times
+        # the link counters by the first where it lies within the second)
+        "field_times": {"called_s": called, "returned_s": returned,
+                        "timestamps_us": [f.timestamp for f in fields]},
         "fabric": _answer(lambda: (pynvml.nvmlDeviceGetGpuFabricInfoV(
             handle, ctypes.byref(fabric)), fabric)[1]),
         "mig_mode": _answer(pynvml.nvmlDeviceGetMigMode, handle),

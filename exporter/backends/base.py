@@ -86,15 +86,30 @@ class DeviceReads:
     processes_listed: bool = True  # False: the vendor library cannot list them
 
 
-def read_timed(read: Callable[[], T]) -> tuple[T, float]:
-    """`read()`'s answer and the wall-clock time it was read at (the middle of the call).
+# How far outside a call's own span a library's time of the read may lie and still be taken
+# (it keeps whole microseconds; the span is measured in floats).
+REPORTED_SLACK_S = 0.001
+
+
+def read_timed(read: Callable[[], T],
+               reported: Callable[[T], float | None] | None = None) -> tuple[T, float]:
+    """`read()`'s answer and the wall-clock time it was read at.
 
     For counters whose rates matter: stamped this way (`Link.counters_at`), a
     rate spans the time between two readings, not between two samples' starts.
+    Where the library says when it read them (`reported(answer)`, seconds since
+    1970) and that lies within the call, that time: on a busy host the call's
+    thread can wait tens of milliseconds to run again after the library
+    returns, and the call's middle then lies that far from the read. Else the
+    middle of the call.
     """
     before = time.time()
     answer = read()
-    return answer, (before + time.time()) / 2
+    after = time.time()
+    said = reported(answer) if reported is not None and answer is not None else None
+    if said is not None and before - REPORTED_SLACK_S <= said <= after + REPORTED_SLACK_S:
+        return answer, min(max(said, before), after)
+    return answer, (before + after) / 2
 
 
 def sample_through_handle(

@@ -298,9 +298,10 @@ def nvmlDeviceGetFieldValues(handle: Any, values: Any) -> Any:
     return values
 
 
-# One nvmlFieldValue_t as read back: its valueType, nvmlReturn and the value's 8 bytes as one
-# unsigned integer (fieldId, scopeId, timestamp and latencyUsec are skipped).
-_FIELD_ANSWER = "24xIIQ"
+# One nvmlFieldValue_t as read back: its timestamp (microseconds since 1970), valueType,
+# nvmlReturn and the value's 8 bytes as one unsigned integer (fieldId, scopeId and
+# latencyUsec are skipped).
+_FIELD_ANSWER = "8xq8xIIQ"
 assert struct.calcsize("=" + _FIELD_ANSWER) == ctypes.sizeof(_PlainFieldValue)
 
 
@@ -313,7 +314,14 @@ def _field_answers(values: Any) -> Iterator[tuple[int, int, int]]:
     """(valueType, nvmlReturn, raw value bits) of each field in `values`, read straight from
     the array's memory (its buffer)."""
     fields = _answers_layout(len(values)).unpack_from(values)
-    return zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
+    return zip(fields[1::4], fields[2::4], fields[3::4], strict=True)
+
+
+def _fields_read_at(values: Any) -> float | None:
+    """When NVML says it read the fields in `values` (the newest of their timestamps, in
+    seconds since 1970); None where it gave none."""
+    newest = max(_answers_layout(len(values)).unpack_from(values)[0::4], default=0)
+    return newest / 1e6 if newest > 0 else None
 
 
 def _signed(raw: int, bits: int) -> int:
@@ -339,17 +347,19 @@ def _field_number(value_type: int, raw: int) -> float:
 
 
 def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: int,
-              now: float) -> list[list[Reading]] | None:
+              now: float) -> tuple[list[list[Reading]], float] | None:
     """The counters `read` asks for (`READ_ALL`: the byte counters; `READ_SLOW`: with the slow
     fields; `READ_PCIE`: PCIe's alone) at `now`, by link slot (the NVLinks in order, then the
-    PCIe link); None when the call failed. PCIe byte counters whose wraps cannot be told are
-    left out, and the device's errors say why (`PCIE_IO`: not supported at this interval
-    where GPM never measured the link, `WRAPS_UNKNOWN` where it missed a cycle)."""
+    PCIe link), and when they were read (`read_timed`); None when the call failed. PCIe byte
+    counters whose wraps cannot be told are left out, and the device's errors say why
+    (`PCIE_IO`: not supported at this interval where GPM never measured the link,
+    `WRAPS_UNKNOWN` where it missed a cycle)."""
     if read == READ_PCIE:
         request, first = layout.pcie_values, layout.pcie_at
     else:
         request, first = (layout.slow_values if read == READ_SLOW else layout.cycle_values), 0
-    values = calls.call(nvmlDeviceGetFieldValues, handle, request, every_cycle=True)
+    values, read_at = read_timed(partial(calls.call, nvmlDeviceGetFieldValues, handle, request,
+                                         every_cycle=True), _fields_read_at)
     if values is None:
         return None
     by_link: list[list[Reading]] = [[] for _ in range(len(layout.nvlinks) + 1)]
@@ -372,7 +382,7 @@ def _counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: int,
             else:
                 number = _field_number(value_type, raw)
             by_link[slot].append(Reading(metric, number * scale, labels))
-    return by_link
+    return by_link, read_at
 
 
 def _slow_link_readings(calls: DeviceCalls, handle: Any, nvlink: NvLinkFacts,
@@ -401,11 +411,14 @@ def _read_counters(calls: DeviceCalls, handle: Any, layout: LinkLayout, read: in
                    now: float) -> None:
     """Reads the counters `read` asks for into `layout` (see `_counters`): the byte counters
     by link slot and when they were read (none, and no time, where the call failed)."""
-    counters, stamped = read_timed(partial(_counters, calls, handle, layout, read, now))
-    read_at: float | None = stamped
-    if counters is None:  # every byte counter is absent this cycle; link states still read
+    answer = _counters(calls, handle, layout, read, now)
+    counters: list[list[Reading]]
+    read_at: float | None
+    if answer is None:  # every byte counter is absent this cycle; link states still read
         layout.schedule.failed()
         counters, read_at = [[] for _ in range(len(layout.nvlinks) + 1)], None
+    else:
+        counters, read_at = answer
     if read == READ_SLOW:
         for nvlink, readings in zip(layout.nvlinks, counters, strict=False):
             layout.slow_readings[nvlink.index] = _slow_link_readings(
