@@ -69,6 +69,20 @@ def test_keyframes_stay_within_the_range_read() -> None:
     assert all(abs(_at(signal, t) - v) <= 1e-9 for t, v in points if v == 100)
 
 
+def test_a_reading_of_zero_replays_as_zero() -> None:
+    # A limiter's residency: none for 50 s, a sliver of one interval, then held. A line
+    # from 0 to the sliver fits every zero within the tolerance, but replays a limiter
+    # active (residency above 0) for the 50 s it held for none of.
+    points = [(t + 0.5, 0.0) for t in range(50)] + [(50.5, 1.01)] + [
+        (t + 0.5, 100.0) for t in range(51, 64)]
+    signal = gauge_signal(points, absolute=1.0)
+    assert all(_at(signal, t) == 0 for t, v in points if v == 0)
+    assert all(abs(_at(signal, t) - v) <= 1.0 for t, v in points)
+    # ... nor does a sliver beside zeros make a constant that is never zero
+    sliver = [(float(t), 0.0) for t in range(60)] + [(60.0, 0.8)]
+    assert all(_at(gauge_signal(sliver, absolute=1.0), t) == 0 for t, _ in sliver[:-1])
+
+
 def test_step_signals_keep_every_change_only() -> None:
     points = [(float(t), 4.0 if 10 <= t < 25 else 0.0) for t in range(60)]
     signal = gauge_signal(points, step=True)

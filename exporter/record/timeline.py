@@ -75,7 +75,7 @@ def _swinging_door(points: Sequence[Point], relative: float, absolute: float) ->
     for t, v in points[1:]:
         if t <= t0:
             continue
-        tolerance = max(absolute, relative * abs(v))
+        tolerance = max(absolute, relative * abs(v)) if v else 0.0  # a zero stays zero
         new_low = max(low, (v - tolerance - v0) / (t - t0))
         new_high = min(high, (v + tolerance - v0) / (t - t0))
         if new_low > new_high:
@@ -96,8 +96,11 @@ def gauge_signal(points: Sequence[Point], *, step: bool = False, relative: float
     """A signal through `points` (t, value), t increasing; None when there are none.
 
     Linear keyframes stay within max(`absolute`, `relative` x |value|) of every point
-    (swinging door); step keyframes keep every change. A signal that moves less than
-    that tolerance of its largest value is a constant.
+    (swinging door), and pass through each point that read 0 exactly: zero is what
+    judgements look for (a limiter that held for none of an interval, an idle
+    engine), not noise. Step keyframes keep every change. A signal that moves less
+    than that tolerance of its largest value, and never between 0 and another
+    value, is a constant.
     """
     if not points:
         return None
@@ -105,7 +108,8 @@ def gauge_signal(points: Sequence[Point], *, step: bool = False, relative: float
     if all(v == int(v) for v in values):
         absolute = max(absolute, 1.0)  # whole numbers (percent, MHz, C): within one unit
     tolerance = _tolerance(values, relative, absolute)
-    if max(values) - min(values) <= (0 if step else tolerance):
+    zero_and_not = 0 in values and any(values)
+    if max(values) - min(values) <= (0 if step or zero_and_not else tolerance):
         return _number(values[-1] if step else sum(values) / len(values))
     if step:
         frames = [points[0]] + [points[i] for i in range(1, len(points))
