@@ -25,6 +25,8 @@ values are exact rather than racing the clock. Stated tolerances:
   time, has them);
 - the same set of series (and of devices up) on both; the age of the agent's
   slow-cadence values is its own timing and is not compared;
+- the calls that fail for good (not supported, not implemented: what a
+  recorder writes as a key left out or a rule for the whole replay) fail alike;
 - events: XID codes and times within 1.5 s, the lost GPU's time within 1.5 s,
   and gb200-nvl72 tray 7's fabric degradation at 60 s within 1.5 s (amdsmi has
   no XID events: AMD ECC errors are counters, compared as above; a lost AMD GPU
@@ -42,6 +44,7 @@ import sys
 import pytest
 
 from ray_accel.exporter.catalog import Kind, spec
+from ray_accel.exporter.record.scenario_file import RECORDERS
 from ray_accel.exporter.record.series import SLOW_VALUES_AGE
 from ray_accel.exporter.simulate import load_scenario
 
@@ -53,6 +56,8 @@ TIMES = (5.0, 21.0, 40.0, 62.0)
 HELPER = pathlib.Path(__file__).resolve().parent / "support" / "record_roundtrip.py"
 EVENT_TOLERANCE_S = 1.5
 PCIE_TOLERANCE_BYTES = 64 * 2**20
+# failure kinds that last (the device cannot do it), as opposed to faults of the moment
+LASTING_KINDS = frozenset().union(*(r.absent_kinds - r.lost_kinds for r in RECORDERS))
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +174,20 @@ def test_replay_matches_every_series(round_trips: dict[str, dict], source: str) 
     mismatches = _mismatches(trip)
     assert not mismatches, f"{source}: {len(mismatches)} mismatches:\n" + "\n".join(
         mismatches[:20])
+
+
+def _lasting_failures(errors: dict[str, dict[str, str]]) -> set[tuple[str, str, str]]:
+    return {(uuid, call, kind) for uuid, calls in errors.items() for call, kind in calls.items()
+            if kind in LASTING_KINDS}
+
+
+@pytest.mark.parametrize("source", SCENARIOS)
+def test_calls_that_fail_for_good_fail_alike_on_the_replay(round_trips: dict[str, dict],
+                                                           source: str) -> None:
+    for t, errors in round_trips[source]["errors"].items():
+        original, replay = (_lasting_failures(errors[side]) for side in ("original", "replay"))
+        assert replay == original, (f"t={t}: only original {sorted(original - replay)[:5]}, "
+                                    f"only replay {sorted(replay - original)[:5]}")
 
 
 def _keyframe_counts(value: object) -> list[int]:

@@ -65,7 +65,8 @@ def error_rules(index: int, series: DeviceSeries, interval_s: float,
     named with the recorder's `call_prefix` that failed other than with one of its
     `absent_kinds` (the backend's own names, such as "gpm", are no call), and the call
     each down sample failed on, whatever its kind (its `wildcard` for a device that
-    answered no call), until the device was lost for good (`lost_at`)."""
+    answered no call), until the device was lost for good (`lost_at`); and, for the whole
+    replay, each of its `unkeyed_calls` that failed as absent."""
     lost = lost_at(series, recorder.lost_kinds)
     down = set(series.down_times)
     failed = [(t, {recorder.wildcard if call == SILENT else call: kind
@@ -73,8 +74,12 @@ def error_rules(index: int, series: DeviceSeries, interval_s: float,
               for t, errors in series.errors if lost is None or t < lost]
     windows = failure_windows(replace(series, errors=failed), interval_s,
                               lambda call, kind: True, lambda call: call.partition("[")[0])
-    return [{"function": function, "device": index, "code": kind.upper(),
-             "from_s": start, "until_s": until} for function, kind, start, until in windows]
+    lasting = recorder.absent_kinds - recorder.lost_kinds
+    return [*({"function": call, "device": index, "code": kind.upper()}
+              for call in sorted(recorder.unkeyed_calls) for kind in sorted(lasting)
+              if series.failed_with(call, {kind})),
+            *({"function": function, "device": index, "code": kind.upper(),
+               "from_s": start, "until_s": until} for function, kind, start, until in windows)]
 
 
 def _ruled(recorder: VendorRecorder, call: str, kind: str, down: bool) -> bool:

@@ -9,7 +9,7 @@ where the node did.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import pynvml
@@ -60,6 +60,12 @@ FIXED: tuple[Row, ...] = (
 )
 ERROR_COUNTS = {m.ECC_CORRECTED: "ecc_corrected", m.ECC_UNCORRECTED: "ecc_uncorrected",
                 m.PCIE_REPLAY: "pcie_replay"}
+# What NVML answers for good where a device cannot do what was asked.
+UNSUPPORTED = frozenset({"not_supported", "function_not_found"})
+PROCESS_LISTS = "nvmlDeviceGetComputeRunningProcesses"
+# The per-process utilization calls: a device with processes to list answers them (the
+# replay cannot leave them out by a key), unless a rule says it does not.
+PROCESS_SHARES = ("nvmlDeviceGetProcessUtilization", "nvmlDeviceGetProcessesUtilizationInfo")
 _GPM_NAME_BY_ID = {number: name for name, number in GPM_METRICS.items()}
 _TOPOLOGY_LEVELS = {text: level for level, text in PCIE_LEVELS.items()}
 _P2P_NAMES = {text: name.removeprefix("NVML_P2P_STATUS_")
@@ -87,7 +93,7 @@ def mig_scenario(device: Device, series: DeviceSeries, interval_s: float) -> dic
     put_last(out, series, FIXED[:2])  # memory total and reserved
     put(out, "memory_used_bytes", gauge_signal(series.device(m.MEMORY_USAGE)))
     _gpm(out, series, interval_s)
-    put_processes(out, series, PROCESS_ENGINES)
+    _processes(out, series)
     return out
 
 
@@ -119,10 +125,19 @@ def device_scenario(device: Device, series: DeviceSeries,
     if migs:
         out["mig_mode"] = True
         out["mig_devices"] = migs
+    elif series.up_times and not series.failed_with("nvmlDeviceGetMigMode", UNSUPPORTED):
+        out["mig_mode"] = False  # read, and off (absent, the replay answers NOT_SUPPORTED)
     # NVML lists a MIG device's processes on its parent too: they are written once, on the MIG.
-    put_processes(out, series, PROCESS_ENGINES,
-                  {p["pid"] for mig in migs or () for p in mig.get("processes", ())})
+    _processes(out, series, {p["pid"] for mig in migs or () for p in mig.get("processes", ())})
     return out
+
+
+def _processes(out: dict[str, Any], series: DeviceSeries, elsewhere: Collection[int] = ()
+               ) -> None:
+    """The device's `processes`, left out where NVML could not list them (as the replay then
+    answers)."""
+    if not series.failed_with(PROCESS_LISTS, UNSUPPORTED):
+        put_processes(out, series, PROCESS_ENGINES, elsewhere)
 
 
 def _throttle(out: dict[str, Any], series: DeviceSeries) -> None:
@@ -316,6 +331,6 @@ HUNG_CALLS = ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
 
 RECORDER = VendorRecorder(
     vendor="nvidia", device=device_scenario, child=_mig_child, peers=topology_of,
-    top_level=top_level, call_prefix="nvml",
-    absent_kinds=frozenset({"not_supported", "function_not_found", "gpu_is_lost"}),
-    hung_calls=HUNG_CALLS, lost_kinds=frozenset({"gpu_is_lost"}))
+    top_level=top_level, call_prefix="nvml", absent_kinds=UNSUPPORTED | {"gpu_is_lost"},
+    hung_calls=HUNG_CALLS, lost_kinds=frozenset({"gpu_is_lost"}),
+    unkeyed_calls=frozenset(PROCESS_SHARES))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -22,6 +22,12 @@ class DeviceSeries:
     stale_times: list[float] = field(default_factory=list)
     points: dict[SeriesKey, Points] = field(default_factory=dict)
     errors: list[tuple[float, dict[str, str]]] = field(default_factory=list)
+
+    def failed_with(self, call: str, kinds: Collection[str]) -> bool:
+        """Whether `call` (a function's name; the samples' keys may add "[what]") failed with
+        one of `kinds` in any sample."""
+        return any(kind in kinds for _, errors in self.errors for key, kind in errors.items()
+                   if key.partition("[")[0] == call)
 
     def add(self, t: float, frame: DeviceFrame, links_t: float | None = None) -> None:
         """Add one frame taken at t (its link counters read at `links_t`, if known)."""

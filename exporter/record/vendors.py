@@ -55,6 +55,10 @@ class VendorRecorder:
     # recording, it is lost (`lost_at_s`); down otherwise, its failing call is an error rule
     lost_kinds: frozenset[str] = frozenset()
     wildcard: str = "*"  # what an error rule names for every call of the library
+    # calls whose lasting absence no key of the scenario's device says (a GPU that lists its
+    # processes but cannot share out their utilization): failed with one of the
+    # `absent_kinds` outside `lost_kinds`, each is an error rule for the whole replay
+    unkeyed_calls: frozenset[str] = frozenset()
 
     def identified(self, device: Device) -> bool:
         """A physical device whose discovery finished (not a placeholder of one that had not)."""
