@@ -2,7 +2,9 @@
 
 A raylet tells its node id, GCS address and temp dir on its command line, and
 the devices Ray hands out in its environment (CUDA_VISIBLE_DEVICES and the
-other families' variables).
+other families' variables). An agent that sees the raylets of other pods (a
+KubeRay sidecar with `hostPID`) tells its own pod's by the namespaces a pod's
+containers share.
 """
 
 from __future__ import annotations
@@ -28,15 +30,22 @@ VISIBLE_DEVICE_VARIABLES = (
 )
 
 
+# The namespaces the containers of one Kubernetes pod share (unless it shares the host's).
+POD_NAMESPACES = ("net", "ipc", "uts")
+
+
 @dataclass(frozen=True)
 class LocalRaylet:
-    """A raylet process on this host, as its command line describes it."""
+    """A raylet process on this host, as its command line describes it; `beside`: it shares
+    the agent's network, IPC and UTS namespaces (its own pod's, on Kubernetes; every raylet
+    on a host without containers)."""
 
     pid: int
     node_id: str
     gcs_address: str
     temp_dir: str
     started: int
+    beside: bool = True
 
 
 def _flags(cmdline: Iterable[str]) -> dict[str, str]:
@@ -64,6 +73,15 @@ def _start_ticks(pid: str) -> int:
     return int(fields[19]) if len(fields) > 19 else 0
 
 
+def pod_namespaces(pid: str) -> tuple[str, ...] | None:
+    """The `POD_NAMESPACES` a process is in ("net:[4026532301]", ...); None where they
+    cannot be read (gone, or not ours to look at)."""
+    try:
+        return tuple(os.readlink(f"/proc/{pid}/ns/{name}") for name in POD_NAMESPACES)
+    except OSError:
+        return None
+
+
 def is_raylet(cmdline: list[str]) -> bool:
     """Whether a command line is a raylet's: its executable's name says so, as Ray checks."""
     return bool(cmdline) and "raylet" in os.path.basename(cmdline[0])
@@ -72,6 +90,7 @@ def is_raylet(cmdline: list[str]) -> bool:
 def local_raylets() -> list[LocalRaylet]:
     """Every raylet process on this host that tells its node id on its command line."""
     raylets = []
+    own = pod_namespaces("self")
     for pid in filter(str.isdigit, os.listdir("/proc")):
         raw = _read_proc(pid, "cmdline")
         cmdline = raw.decode(errors="replace").split("\0")[:-1] if raw else []
@@ -83,7 +102,8 @@ def local_raylets() -> list[LocalRaylet]:
         raylets.append(LocalRaylet(
             pid=int(pid), node_id=flags["--node_id"],
             gcs_address=flags.get("--gcs-address", ""), temp_dir=flags.get("--temp_dir", ""),
-            started=_start_ticks(pid)))
+            started=_start_ticks(pid),
+            beside=own is None or pod_namespaces(pid) in (own, None)))
     return raylets
 
 
@@ -125,7 +145,8 @@ def detected_address(raylets: list[LocalRaylet], node_id: str | None) -> str:
 
 def choose_node(nodes: list[Any], raylets: dict[str, LocalRaylet], node_id: str | None,
                 gcs_address: str) -> Any:
-    """The node (a `GcsNodeInfo`) to watch: `node_id` if given, else the head, else the oldest."""
+    """The node (a `GcsNodeInfo`) to watch: `node_id` if given, else the agent's own pod's
+    (`LocalRaylet.beside`), else the head, else the oldest."""
     if node_id is not None:
         for node in nodes:
             if node.node_id.hex() == node_id:
@@ -136,12 +157,13 @@ def choose_node(nodes: list[Any], raylets: dict[str, LocalRaylet], node_id: str 
         )
     if not nodes:
         raise RayNotFound(f"no alive node of the cluster at {gcs_address} runs on this host")
-    # Same preference as Ray's get_node_to_connect_for_driver when several nodes
+    # Then the same preference as Ray's get_node_to_connect_for_driver when several nodes
     # of one cluster share a host; pass node_id to pick another.
-    return min(
-        nodes,
-        key=lambda n: (not n.is_head_node, raylets[n.node_id.hex()].started, n.node_id.hex()),
-    )
+    def preference(node: Any) -> tuple[bool, bool, int, str]:
+        raylet = raylets[node.node_id.hex()]
+        return not raylet.beside, not node.is_head_node, raylet.started, node.node_id.hex()
+
+    return min(nodes, key=preference)
 
 
 def parse_visible(value: str | None) -> tuple[str, ...] | None:
