@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from .backends.base import (
@@ -174,10 +175,12 @@ class BackendRunner:
         """Whether its library has opened, or failed to, at least once."""
         return self.up or self.message != NOT_OPENED
 
-    def status(self) -> BackendStatus:
+    def status(self, left_out: Collection[str] = ()) -> BackendStatus:
+        """The backend's state, counting its devices but those `left_out` (UUIDs)."""
         return BackendStatus(
             name=self.backend.name, vendor=self.backend.vendor, up=self.up,
-            device_count=len(self.devices), message=self.message,
+            device_count=sum(1 for d in self.devices if d.uuid not in left_out),
+            message=self.message,
             facts=dict(self.backend.facts()) if self.up else {}, absent=self.absent,
         )
 

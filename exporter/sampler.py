@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from .attribution.model import UNATTRIBUTED, Attribution
-from .attribution.slots import assign_holders
+from .attribution.slots import assign_holders, outside_pod
 from .backends.base import Backend, ErrorTally
 from .collective import CollectiveStallDetector
 from .heap import HeapTrimmer
@@ -68,6 +68,7 @@ class Sampler:
         self._cycle = 0
         self._report_by: float | None = None  # when the start report is due at the latest
         self._start_reported = False
+        self._outside: frozenset[str] = frozenset()  # devices another pod's agent exports
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -109,6 +110,10 @@ class Sampler:
         self._cycle += 1
         samples = tuple(s for runner in self._runners for s in runner.samples())
         attribution = self._attribution()
+        outside = outside_pod([s.device for s in samples], attribution.visible_devices)
+        self._report_outside(outside, len(samples), attribution.node_id)
+        if outside:
+            samples = tuple(s for s in samples if s.device.uuid not in outside)
         node_labels = dict(self.node_labels)
         if attribution.node_id:
             node_labels["ray_node_id"] = attribution.node_id
@@ -120,7 +125,7 @@ class Sampler:
             taken_at=finished,
             interval_s=self.interval_s,
             node_labels=node_labels,
-            backends=tuple(runner.status() for runner in self._runners),
+            backends=tuple(runner.status(outside) for runner in self._runners),
             devices=samples,
             cycle_duration_s=time.monotonic() - started,
             error_counts=self._error_counts(),
@@ -132,6 +137,18 @@ class Sampler:
         )
         self.store.publish(snapshot)
         return snapshot
+
+    def _report_outside(self, outside: frozenset[str], seen: int, node_id: str) -> None:
+        """Log when the devices left to other pods' agents change."""
+        if outside == self._outside:
+            return
+        if outside:
+            log.info("exporting the %d of %d devices seen here that Ray node %s's container "
+                     "was given (NVIDIA_VISIBLE_DEVICES); the other %d are another pod's",
+                     seen - len(outside), seen, node_id, len(outside))
+        else:
+            log.info("exporting every device seen here")
+        self._outside = outside
 
     def _report_start(self) -> None:
         """Log which backends found how many devices, once all have answered (or in time)."""

@@ -14,14 +14,15 @@ the GPUs the NVIDIA runtime gave it, numbered from 0 in PCI bus order, while the
 agent beside it may see every GPU of the host. The raylet's NVIDIA_VISIBLE_DEVICES
 names those GPUs (UUIDs, or host indices): its indices then count among them.
 "all", or a value that names no GPU this way (a device-list file's path), leaves
-indices as the host's.
+indices as the host's. The GPUs it does not name are another pod's (`outside_pod`):
+the agent leaves them to that pod's own agent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..model import Device
+from ..model import UNKNOWN_MODEL, Device
 from .model import Grant, Holder
 
 # vendor -> (Ray resource name, raylet environment variables listing its devices, in priority)
@@ -86,6 +87,23 @@ def _container_devices(vendor: str, devices: Sequence[Device],
         return None  # a path, a MIG instance, a GPU not here: the host's indices stand
     return sorted({d.uuid: d for d in given if d is not None}.values(),
                   key=lambda d: d.pci_bus_id.lower())
+
+
+def outside_pod(devices: Sequence[Device],
+                visible: Mapping[str, tuple[str, ...] | None]) -> frozenset[str]:
+    """UUIDs of the `devices` (MIG instances with their GPU) that the raylet's container was
+    not given, where its container runtime names those it was (`_container_devices`);
+    devices not identified yet are never among them."""
+    outside: set[str] = set()
+    for vendor in CONTAINER_DEVICES:
+        vendor_devices = [d for d in devices if d.vendor == vendor]
+        given = _container_devices(vendor, vendor_devices, visible) if vendor_devices else None
+        if given is None:
+            continue
+        kept = {d.uuid for d in given}
+        outside.update(d.uuid for d in vendor_devices if d.model != UNKNOWN_MODEL
+                       and (d.parent_uuid or d.uuid) not in kept)
+    return frozenset(outside)
 
 
 def _visible_list(visible: Mapping[str, tuple[str, ...] | None],
