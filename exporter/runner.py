@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 STALE = "stale: the vendor library has not answered"
 NOT_ANSWERING = "not answering"
 NOT_OPENED = "not opened yet"
+NOT_READ_YET = "listed, not read yet"
 DISCOVERY = "discovery"
 
 
@@ -127,6 +128,8 @@ class BackendRunner:
         """Take whatever finished, and mark devices whose reads are late as stale."""
         if not self.up:
             self._finish_open(now)
+            if self.up:
+                self._mark_listed(now)
             return
         for device in list(self.devices):
             if device.uuid not in self.workers:
@@ -403,6 +406,14 @@ class BackendRunner:
             previous, DeviceSample(device=known, up=False, taken_at=now,
                                    errors={"sample": STALE}, stale=True),
             self.backend.event_readings(known))
+
+    def _mark_listed(self, now: float) -> None:
+        """The devices of a library that opened after the cycle stopped waiting: listed, none
+        read yet (stale), so the cycle does not say they all answer."""
+        for device in self.devices:
+            why = DISCOVERY if device.uuid in self.undiscovered else "sample"
+            self.last[device.uuid] = DeviceSample(device=device, up=False, taken_at=now,
+                                                  errors={why: NOT_READ_YET}, stale=True)
 
     def _mark_undiscovered(self, placeholder: Device, discovery: _Discovery, now: float,
                            tally: ErrorTally) -> None:

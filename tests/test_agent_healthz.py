@@ -103,3 +103,36 @@ def test_devices_without_gpm_are_named_once_without_degrading(tmp_path):
     assert (code, body["status"]) == (200, "ok")
     assert sorted(body["unsupported"]["gpm"]) == sorted(s.device.uuid for s in snapshot.devices)
     assert len(snapshot.devices) == 4
+
+
+def test_a_library_that_opens_at_a_cycles_end_lists_its_devices_as_not_read_yet(tmp_path):
+    """NVML opened after the cycle stopped waiting for it, before the cycle ended: its GPUs
+    are listed but none was read, so /healthz must not say every device answers."""
+    import time
+
+    from ray_accel.exporter.backends.base import ErrorTally
+    from ray_accel.exporter.runner import BackendRunner
+    from ray_accel.exporter.simulate import SimulatedHardware
+
+    with SimulatedHardware.start("hgx-h200", state_dir=tmp_path) as hardware:
+        hardware.activate()
+        runner = BackendRunner(NvidiaBackend(), retry_s=5.0)
+        try:
+            (opening,) = runner.start_cycle(time.time())
+            opening.result(timeout=60)  # done after the cycle's wait, before its end
+            runner.finish_cycle(time.time(), 2.0, ErrorTally())
+            listed = _snapshot([runner.status()], runner.samples(), taken_at=time.time())
+            body, code = health(listed, sampler_alive=True, now=listed.taken_at)
+            assert (code, body["status"], body["backends"]["nvidia"]["devices"]) == (
+                200, "degraded", 8)
+            assert [p["state"] for p in body["not_answering"]] == ["stale"] * 8
+            # the next cycle reads them
+            futures = runner.start_cycle(time.time())
+            for future in futures:
+                future.result(timeout=60)
+            runner.finish_cycle(time.time(), 2.0, ErrorTally())
+            read = _snapshot([runner.status()], runner.samples(), taken_at=time.time())
+            assert health(read, sampler_alive=True, now=read.taken_at)[0]["status"] == "ok"
+        finally:
+            runner.shutdown()
+            runner.backend.close()
