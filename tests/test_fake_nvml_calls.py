@@ -861,6 +861,9 @@ BAD_SCENARIOS = [
     ({"devices": [{"uuid": "1234"}]}, 'devices[0].uuid: expected "GPU-" followed by a UUID'),
     ({"devices": [{"pci_bus_id": "18:00"}]}, "devices[0].pci_bus_id: expected a PCI bus id"),
     ({"devices": [{"name": "two\nlines"}]}, "devices[0].name: must not contain control characters"),
+    ({"name": "hgx\u202ecod.exe"}, "name: must not contain control or format characters"),
+    ({"devices": [{"name": "H200\u200b"}]}, "devices[0].name: must not contain control or format"),
+    ({"devices": [{"name": "H200\x85"}]}, "devices[0].name: must not contain control or format"),
     ({"devices": [gpu(0), gpu(0)]}, "devices[1].uuid: 'GPU-00000000-0000-4000-8000-000000000000'"),
     ({"device_defaults": {"power_mw": [1]}}, "device_defaults.power_mw: expected number"),
     (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -82,9 +83,14 @@ def boolean(value: Any, path: str) -> bool:
 
 
 def string(value: Any, path: str, max_len: int = 1024) -> str:
-    """A string of at most `max_len` bytes, without control characters or outer whitespace."""
+    """A string of at most `max_len` bytes, without control or format characters (which
+    reorder or hide what logs and pages show: bidi overrides, zero-width marks) or outer
+    whitespace."""
     if not isinstance(value, str):
         raise fail(path, f"expected a string, got {describe(value)}")
+    if not value.isascii() and any(unicodedata.category(ch) in ("Cc", "Cf") for ch in value):
+        raise fail(path, "must not contain control or format characters (newlines, tabs, "
+                         "bidi overrides, zero-width marks, ...)")
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
         raise fail(path, "must not contain control characters (newlines, tabs, ...)")
     if value != value.strip():
