@@ -42,6 +42,7 @@ class Agent:
                  extensions: Sequence[AgentExtension] | None = None) -> None:
         self.config = config
         self.simulation = None
+        self._recording_end: asyncio.TimerHandle | None = None
         # ExposureError when unusable
         self.exposure = Exposure(config.host, config.exposure, config.deployed)
         node_labels = dict(config.node_labels)
@@ -124,6 +125,7 @@ class Agent:
         if self.attribution is not None:
             self.attribution.start()
         self.sampler.start()
+        self._say_when_recording_ends()
         http = AgentHttp(self.store, lambda: self.sampler.alive, history=self.history)
         await self.exposure.start()
         self._serving = await serve(self.exposure.guard(http.app()), self.config.host,
@@ -132,6 +134,21 @@ class Agent:
         self.port = self._serving.port
         for extension in self.extensions:
             await extension.start(self)
+
+    def _say_when_recording_ends(self) -> None:
+        """Where the simulated node replays a recording, say where it ends, and say it again
+        when the replay gets there: past it the values only hold."""
+        simulation = self.simulation
+        scenario = simulation.scenario if simulation is not None else {}
+        until = scenario.get("recorded_until_s")
+        if simulation is None or until is None or scenario.get("freeze_at_s") is not None:
+            return
+        log.info("replaying %s, a recording that ends at t = %g s", simulation.scenario_name,
+                 until)
+        self._recording_end = asyncio.get_running_loop().call_later(
+            max(until - simulation.elapsed_s(), 0.0), log.warning,
+            "the recording %s has ended (t = %g s): from here on its values hold their last "
+            "and its counters count on at their last rate", simulation.scenario_name, until)
 
     async def stop(self) -> None:
         """Stop serving and sampling, and remove the simulated hardware this agent started.
@@ -144,6 +161,8 @@ class Agent:
             self.release_simulation()
 
     async def _stop_running(self) -> None:
+        if self._recording_end is not None:
+            self._recording_end.cancel()
         for extension in reversed(self.extensions):
             try:
                 await extension.stop()

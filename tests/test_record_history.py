@@ -21,6 +21,7 @@ from ray_accel.exporter.model import Device, DeviceSample, NodeSnapshot, Reading
 from ray_accel.exporter.record.history import AGED_DROPPED_TOGETHER, History
 from ray_accel.exporter.record.scenario_file import build_scenario, recording_start
 from ray_accel.exporter.simulate import load_scenario
+from ray_accel.exporter.simulate.scenario import SCENARIO_DIR
 
 TOKEN = "ray-cluster-token-for-record-tests"
 CLI = [sys.executable, "-m", "ray_accel.exporter.cli"]
@@ -108,6 +109,7 @@ def test_a_device_lost_long_before_does_not_move_the_recordings_start() -> None:
     assert recording.frames[0].taken_at == 1029.0 and recording_start(recording) == 1028.8
     scenario = build_scenario(recording, keep_identities=True)
     assert scenario["description"].startswith("Recorded for 10 s")
+    assert scenario["recorded_until_s"] == round(recording.frames[-1].taken_at - 1028.8, 3)
     power, lost = scenario["devices"][0]["power_mw"], scenario["devices"][1]["lost_at_s"]
     assert power["keyframes"] == [[0.0, 129000], [10.0, 139000]] and lost == 0.0
 
@@ -233,3 +235,15 @@ def test_recording_from_something_that_is_not_an_agent_says_so_and_writes_nothin
             assert not out.exists() and list(tmp_path.iterdir()) == []
     finally:
         server.shutdown()
+
+
+def test_an_agent_replaying_a_recording_says_where_it_ends_and_when_it_gets_there(tmp_path):
+    doc = json.loads((SCENARIO_DIR / "l4-pcie.json").read_text())
+    doc.update(name="short-recording", recorded_until_s=1.5)
+    path = tmp_path / "short-recording.json"
+    path.write_text(json.dumps(doc))
+    with AgentProcess("--simulate", str(path), "--interval", "0.5") as agent:
+        agent.wait_for(lambda health: health["cycle"] >= 6, path="/healthz")
+    output = "".join(agent.output) + agent.proc.stdout.read()
+    assert "replaying short-recording, a recording that ends at t = 1.5 s" in output
+    assert "the recording short-recording has ended (t = 1.5 s)" in output

@@ -220,7 +220,8 @@ def build_scenario(recording: Recording, *, keep_identities: bool = False,
                    f"({'identities kept' if keep_identities else 'identities replaced'}).")
     if skipped:
         description += f" Not recorded: {describe_skipped(skipped)}."
-    document: dict[str, Any] = {"name": name, "description": description, **versions,
+    document: dict[str, Any] = {"name": name, "description": description,
+                                "recorded_until_s": round(max(end_s, 0.0), 3), **versions,
                                 "devices": devices, **sections}
     if errors:
         document["errors"] = errors

@@ -37,6 +37,7 @@ _TOP_LEVEL_KEYS = (
     "nvml_version",
     "cuda_driver_version",
     "freeze_at_s",
+    "recorded_until_s",
     "device_defaults",
     "devices",
     "errors",
@@ -150,8 +151,9 @@ def load_scenario(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
     if top.get("cuda_driver_version") is not None:
         out["cuda_driver_version"] = checks.integer(top["cuda_driver_version"],
                                                     "cuda_driver_version")
-    if top.get("freeze_at_s") is not None:
-        out["freeze_at_s"] = checks.number(top["freeze_at_s"], "freeze_at_s", lo=0)
+    for key in ("freeze_at_s", "recorded_until_s"):
+        if top.get(key) is not None:
+            out[key] = checks.number(top[key], key, lo=0)
     amd = amd_scenario
     out.update(amd.check_amd_top_level(top))
     defaults = checks.mapping(top.get("device_defaults") or {}, "device_defaults")
